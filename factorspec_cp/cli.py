@@ -1,0 +1,171 @@
+"""The ``factorspec`` command: check and explain declarations, run benchmarks."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any, Sequence
+
+from .errors import DeclarationError, FactorspecError, UnsatisfiableDeclaration
+from .spec import Spec
+
+EXAMPLE = "trip"
+
+
+def _load(path: str | None) -> tuple[Spec, str]:
+    if path is None:
+        text = resources.files("factorspec_cp").joinpath(f"examples/{EXAMPLE}.json").read_text()
+        name = f"bundled example '{EXAMPLE}'"
+    else:
+        text = Path(path).read_text()
+        name = path
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DeclarationError(f"{name} is not JSON: {e}") from None
+    return Spec.from_json(doc), name
+
+
+def _value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _assignments(items: Sequence[str]) -> list[tuple[str, Any]]:
+    out = []
+    for item in items:
+        if "=" not in item:
+            raise SystemExit(f"--assign takes PATH=VALUE, got {item!r}")
+        path, value = item.split("=", 1)
+        out.append((path, _value(value)))
+    return out
+
+
+def _domain(values: Sequence[Any], limit: int = 12) -> str:
+    shown = ", ".join(json.dumps(v) for v in values[:limit])
+    return f"[{shown}{', ...' if len(values) > limit else ''}] ({len(values)})"
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    spec, name = _load(args.declaration)
+    graph = spec.graph
+    report: dict[str, Any] = {"declaration": name, "fields": {}, "free_fields": list(spec.compiled.free),
+                              "relations": [], "problems": []}
+    for p, f in spec.fields.items():
+        report["fields"][p] = {"size": f.size, "kind": f.kind, "domain": list(f.values[:20])}
+    for fac in graph.factors:
+        report["relations"].append({"factor": fac.label, "scope": fac.scope, "rows": fac.rows, "space": fac.space})
+    try:
+        session = spec.session(backend=args.backend)
+        report["backend"] = session.backend
+        report["backend_reason"] = session.backend_reason
+        report["satisfiable"] = True
+        sols = list(spec.solutions(limit=args.cap + 1))
+        report["solutions"] = len(sols) if len(sols) <= args.cap else f">{args.cap}"
+    except UnsatisfiableDeclaration as e:
+        report["satisfiable"] = False
+        report["problems"].append(str(e))
+        report["explanation"] = e.explanation.to_json() if e.explanation is not None else None
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        print(f"{name}: {len(spec.fields)} fields, {len(spec.compiled.free)} free, {len(spec.relations)} relations "
+              f"-> {len(spec.instances)} instances")
+        for p, f in spec.fields.items():
+            print(f"  field {p}: {f.kind} {_domain(list(f.values))}")
+        for p in spec.compiled.free:
+            print(f"  free  {p}")
+        for fac in graph.factors:
+            rows = f", {fac.rows} rows" if fac.rows is not None else ""
+            print(f"  relation {fac.label}: {', '.join(fac.scope)} (space {fac.space}{rows})")
+        if report["satisfiable"]:
+            print(f"satisfiable: yes; solutions: {report['solutions']} (cap {args.cap}); backend: {report['backend']}"
+                  f" ({report['backend_reason']})")
+        else:
+            print("satisfiable: NO")
+        for prob in report["problems"]:
+            print(f"problem: {prob}")
+    return 0 if report["satisfiable"] else 1
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    spec, name = _load(args.declaration)
+    try:
+        session = spec.session(backend=args.backend)
+    except UnsatisfiableDeclaration as e:
+        print(f"{name}: {e}")
+        return 1
+    for path, value in _assignments(args.assign):
+        session.assign(path, value)
+    rows = []
+    empty = False
+    for p in spec.fields:
+        vals = session.admissible(p)
+        empty |= not vals
+        rows.append({"path": p, "admissible": vals, "certain": len(vals) == 1, "assigned": p in session.assignment})
+    explanation = session.explain() if empty else None
+    if args.json:
+        print(json.dumps({"declaration": name, "backend": session.backend, "fields": rows,
+                          "explanation": explanation.to_json() if explanation else None}, indent=2, default=str))
+        return 1 if empty else 0
+    print(f"{name} (backend {session.backend}: {session.backend_reason})")
+    for r in rows:
+        mark = " assigned" if r["assigned"] else (" certain" if r["certain"] else "")
+        print(f"  {r['path']}: {_domain(r['admissible'])}{mark}")
+    certain = {r["path"]: r["admissible"][0] for r in rows if r["certain"] and not r["assigned"]}
+    print(f"certain fields ({len(certain)}): {json.dumps(certain)}")
+    if explanation is not None:
+        print(explanation)
+    return 1 if empty else 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import run_bench
+    return run_bench(args)
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="factorspec", description=__doc__)
+    sub = ap.add_subparsers(dest="command", required=True)
+    for name, fn, text in (("check", cmd_check, "fields, domains, relations, satisfiability, solution count"),
+                           ("explain", cmd_explain, "admissible values per field, certain fields, conflicts")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("declaration", nargs="?", help="declaration JSON file (default: the bundled trip example)")
+        p.add_argument("--backend", choices=["sat", "cpsat", "csp"], default=None)
+        p.add_argument("--json", action="store_true", help="print one JSON object")
+        p.set_defaults(fn=fn)
+        if name == "check":
+            p.add_argument("--cap", type=int, default=1000, help="count solutions up to this many")
+        else:
+            p.add_argument("--assign", action="append", default=[], metavar="PATH=VALUE",
+                           help="assign a field first (VALUE is JSON, or a bare string)")
+    b = sub.add_parser("bench", help="benchmarks; results under benchmarks/")
+    b.add_argument("suite", choices=["solve"])
+    b.add_argument("--out", default="benchmarks", help="output folder")
+    b.add_argument("--per-size", type=int, default=20, help="trip problems per city count")
+    b.add_argument("--calendar", type=int, default=100, help="calendar problems")
+    b.add_argument("--meeting", type=int, default=100, help="meeting problems")
+    b.add_argument("--backends", default="sat,cpsat,csp")
+    b.set_defaults(fn=cmd_bench)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return int(args.fn(args))
+    except FactorspecError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

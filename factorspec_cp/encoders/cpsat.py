@@ -1,0 +1,320 @@
+"""CP-SAT backend (OR-tools): the reference semantics, objectives and wide integer ranges.
+
+Every field is an index variable over its domain positions; numbers come in through affine expressions or element
+constraints. Sessions probe by editing variable domains in the one model (cheap) rather than by assumptions.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+
+from ortools.sat.python import cp_model
+
+from ..relations import Literal, Term
+from ..schema import jkey
+from .base import Backend, Context, Excluded, Fixed, count_bounds, weights
+from .sat import NullContext
+
+if TYPE_CHECKING:
+    from ..spec import Instance, Spec
+
+_SENSE = {"==": "__eq__", "!=": "__ne__", "<": "__lt__", "<=": "__le__", ">": "__gt__", ">=": "__ge__"}
+
+
+class CpsatModel:
+    """A CP-SAT model of some fields and instances. ``selectors`` gives each instance an enforcement literal."""
+
+    def __init__(self, spec: "Spec", instances: Sequence["Instance"], *, fields: Sequence[str] | None = None,
+                 selectors: bool = False):
+        self.spec = spec
+        self.fields = spec.fields
+        self.model = cp_model.CpModel()
+        scope = fields if fields is not None else list(dict.fromkeys(p for i in instances for p in i.scope))
+        self.idx = {p: self.model.NewIntVar(0, self.fields[p].size - 1, p) for p in self.fields if p in set(scope)}
+        self._eq: dict[tuple[str, int], Any] = {}
+        self._in: dict[tuple[str, frozenset[int]], Any] = {}
+        self._expr: dict[tuple[str, tuple[int, ...]], Any] = {}
+        self.selectors: dict[int, Any] = {}
+        for inst in instances:
+            enf: tuple[Any, ...] = ()
+            if selectors:
+                sel = self.model.NewBoolVar(f"sel{inst.number}")
+                self.selectors[inst.number] = sel
+                enf = (sel,)
+            inst.relation.encode_cpsat(CpsatContext(self, enf))
+
+    def var(self, path: str) -> Any:
+        """The field's index variable (position in its domain)."""
+        return self.idx[path]
+
+    def value_expr(self, path: str, w: Sequence[int]) -> Any:
+        """An expression equal to ``w[k]`` when the field takes its k-th value."""
+        x = self.idx[path]
+        n = len(w)
+        if n == 1:
+            return w[0]
+        step = w[1] - w[0]
+        if all(w[k] == w[0] + step * k for k in range(n)):
+            return w[0] + step * x if step != 1 else x + w[0]
+        key = (path, tuple(w))
+        if key not in self._expr:
+            y = self.model.NewIntVar(min(w), max(w), f"{path}#w")
+            self.model.AddElement(x, list(w), y)
+            self._expr[key] = y
+        return self._expr[key]
+
+    def number(self, path: str) -> Any:
+        """An expression equal to the field's numeric value (integers; booleans as 0/1)."""
+        f = self.fields[path]
+        return self.value_expr(path, [int(v) for v in f.values])
+
+    def eq(self, path: str, k: int) -> Any:
+        key = (path, k)
+        if key not in self._eq:
+            b = self.model.NewBoolVar(f"{path}=={k}")
+            x = self.idx[path]
+            self.model.Add(x == k).OnlyEnforceIf(b)
+            self.model.Add(x != k).OnlyEnforceIf(b.Not())
+            self._eq[key] = b
+        return self._eq[key]
+
+    def member(self, path: str, allowed: Sequence[int]) -> Any:
+        allowed_set = frozenset(allowed)
+        if len(allowed_set) == 1:
+            return self.eq(path, next(iter(allowed_set)))
+        key = (path, allowed_set)
+        if key not in self._in:
+            b = self.model.NewBoolVar(f"{path} in")
+            x = self.idx[path]
+            rest = [k for k in range(self.fields[path].size) if k not in allowed_set]
+            self.model.AddLinearExpressionInDomain(x, cp_model.Domain.FromValues(sorted(allowed_set))).OnlyEnforceIf(b)
+            self.model.AddLinearExpressionInDomain(x, cp_model.Domain.FromValues(rest)).OnlyEnforceIf(b.Not())
+            self._in[key] = b
+        return self._in[key]
+
+
+class CpsatContext(Context):
+    """Posts relations to a :class:`CpsatModel`, each under the enforcement literals ``enf``."""
+
+    def __init__(self, cm: CpsatModel, enf: tuple[Any, ...]):
+        self.cm = cm
+        self.model = cm.model
+        self.fields = cm.fields
+        self.enf = enf
+
+    def var(self, path: str) -> Any:
+        """For custom kinds: the field's index variable."""
+        return self.cm.var(path)
+
+    def number(self, path: str) -> Any:
+        """For custom kinds: an expression for the field's numeric value."""
+        return self.cm.number(path)
+
+    def add(self, ct: Any) -> Any:
+        """For custom kinds: post a bounded linear expression (``a + b <= c``) under this context's condition."""
+        c = self.model.Add(ct)
+        if self.enf:
+            c.OnlyEnforceIf(list(self.enf))
+        return c
+
+    def _post(self, c: Any) -> None:
+        if self.enf:
+            c.OnlyEnforceIf(list(self.enf))
+
+    def _false(self) -> None:
+        self._post(self.model.AddBoolOr([self.model.NewConstant(0)]))
+
+    def add_linear(self, terms: Sequence[Term], op: str, rhs: int) -> None:
+        w = weights(terms, self.fields)
+        expr = sum((self.cm.value_expr(p, ws) for p, ws in w.items()), 0)
+        if isinstance(expr, int):
+            if not getattr(expr, _SENSE[op])(rhs):
+                self._false()
+            return
+        self._post(self.model.Add(getattr(expr, _SENSE[op])(rhs)))
+
+    def add_all_different(self, paths: Sequence[str]) -> None:
+        codes: dict[Any, int] = {}
+        for p in paths:
+            for v in self.fields[p].values:
+                codes.setdefault(jkey(v), len(codes))
+        exprs = [self.cm.value_expr(p, [codes[jkey(v)] for v in self.fields[p].values]) for p in paths]
+        if not self.enf:
+            self.model.AddAllDifferent(exprs)
+            return
+        for a in range(len(exprs)):
+            for b in range(a + 1, len(exprs)):
+                self._post(self.model.Add(exprs[a] != exprs[b]))
+
+    def _index_rows(self, paths: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[tuple[int, ...]]:
+        out = []
+        for row in rows:
+            try:
+                out.append(tuple(self.fields[p].index(v) for p, v in zip(paths, row)))
+            except KeyError:
+                continue
+        return list(dict.fromkeys(out))
+
+    def add_table(self, paths: Sequence[str], rows: Sequence[Sequence[Any]], allow: bool) -> None:
+        idx_rows = self._index_rows(paths, rows)
+        xs = [self.cm.idx[p] for p in paths]
+        if allow:
+            if not idx_rows:
+                self._false()
+            elif len(paths) == 1:
+                dom = cp_model.Domain.FromValues(sorted(r[0] for r in idx_rows))
+                self._post(self.model.AddLinearExpressionInDomain(xs[0], dom))
+            elif not self.enf:
+                self.model.AddAllowedAssignments(xs, idx_rows)
+            else:
+                sels = []
+                for r in idx_rows:
+                    s = self.model.NewBoolVar("row")
+                    self.model.AddBoolAnd([self.cm.eq(p, k) for p, k in zip(paths, r)]).OnlyEnforceIf(s)
+                    sels.append(s)
+                self._post(self.model.AddBoolOr(sels))
+        else:
+            if not idx_rows:
+                return
+            if not self.enf:
+                self.model.AddForbiddenAssignments(xs, idx_rows)
+            else:
+                for r in idx_rows:
+                    self._post(self.model.AddBoolOr([self.cm.eq(p, k).Not() for p, k in zip(paths, r)]))
+
+    def add_count(self, paths: Sequence[str], value: Any, op: str, rhs: int) -> None:
+        lits = []
+        for p in paths:
+            f = self.fields[p]
+            if value in f:
+                lits.append(self.cm.eq(p, f.index(value)))
+        ranges = count_bounds(op, rhs, len(lits))
+        if not ranges:
+            self._false()
+        elif ranges != [(0, len(lits))]:
+            dom = cp_model.Domain.FromIntervals([list(r) for r in ranges])
+            self._post(self.model.AddLinearExpressionInDomain(sum(lits), dom))
+
+    def add_any(self, branches: Sequence[Callable[[Context], None]]) -> None:
+        aux = [self.model.NewBoolVar("any") for _ in branches]
+        self._post(self.model.AddBoolOr(aux))
+        for a, branch in zip(aux, branches):
+            branch(CpsatContext(self.cm, (*self.enf, a)))
+
+    def when(self, literals: Sequence[Literal]) -> Context:
+        enf = list(self.enf)
+        for lit in literals:
+            f = self.fields[lit.field]
+            allowed = lit.allowed(f)
+            if not allowed:
+                return NullContext(self.fields)
+            if len(allowed) < f.size:
+                enf.append(self.cm.member(lit.field, allowed))
+        return CpsatContext(self.cm, tuple(enf))
+
+
+def _solver(time_limit: float | None = None) -> cp_model.CpSolver:
+    s = cp_model.CpSolver()
+    s.parameters.num_workers = 1
+    if time_limit is not None:
+        s.parameters.max_time_in_seconds = time_limit
+    return s
+
+
+class CpsatBackend(Backend):
+    """Probes by editing index-variable domains in one model."""
+
+    name = "cpsat"
+
+    def __init__(self, spec: "Spec", instances: Sequence["Instance"], *, selectors: bool = False):
+        super().__init__(spec)
+        self.cm = CpsatModel(spec, instances, selectors=selectors)
+        self.proto = self.cm.model.Proto()
+        self.var_index = {p: v.Index() for p, v in self.cm.idx.items()}
+        self.sel_index = {n: s.Index() for n, s in self.cm.selectors.items()}
+        self.base = {i: list(self.proto.variables[i].domain) for i in
+                     list(self.var_index.values()) + list(self.sel_index.values())}
+
+    def _set(self, i: int, allowed: Sequence[int]) -> None:
+        self._write(i, cp_model.Domain.FromValues(sorted(allowed)).FlattenedIntervals())
+
+    def _write(self, i: int, dom: Sequence[int]) -> None:
+        d = self.proto.variables[i].domain
+        d.clear()
+        d.extend(dom)
+
+    def solve(self, fixed: Fixed, excluded: Excluded | None = None, enabled: set[int] | None = None,
+              time_limit: float | None = None) -> dict[str, int] | None:
+        self.solves += 1
+        self.timed_out = False
+        touched = []
+        for p, k in fixed.items():
+            if p in self.var_index:
+                self._set(self.var_index[p], [k])
+                touched.append(self.var_index[p])
+        for p, ks in (excluded or {}).items():
+            if p in self.var_index and p not in fixed:
+                rest = [k for k in range(self.spec.fields[p].size) if k not in set(ks)]
+                if not rest:
+                    self._restore(touched)
+                    return None
+                self._set(self.var_index[p], rest)
+                touched.append(self.var_index[p])
+        for n, i in self.sel_index.items():
+            self._write(i, [1, 1] if enabled is None or n in enabled else [0, 0])
+            touched.append(i)
+        solver = _solver(time_limit)
+        try:
+            status = solver.Solve(self.cm.model)
+        finally:
+            self._restore(touched)
+        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return {p: int(solver.Value(v)) for p, v in self.cm.idx.items()}
+        if status == cp_model.UNKNOWN:
+            self.timed_out = True
+        elif status != cp_model.INFEASIBLE:
+            raise RuntimeError(f"CP-SAT returned {solver.StatusName(status)}: {solver.SolutionInfo()}")
+        return None
+
+    def _restore(self, touched: list[int]) -> None:
+        for i in touched:
+            self._write(i, self.base[i])
+
+
+def optimize(spec: "Spec", terms: Sequence[Term], sense: str) -> int | None:
+    """The optimal value of ``sum(terms)`` over records satisfying the relations; None when there are none."""
+    cm = CpsatModel(spec, spec.instances, fields=list(dict.fromkeys(
+        [p for i in spec.instances for p in i.scope] + [t.path for t in terms])))
+    w = weights(terms, spec.fields)
+    expr = sum((cm.value_expr(p, ws) for p, ws in w.items()), 0)
+    (cm.model.Minimize if sense == "minimize" else cm.model.Maximize)(expr)
+    solver = _solver()
+    status = solver.Solve(cm.model)
+    if status == cp_model.OPTIMAL:
+        return int(round(solver.ObjectiveValue()))
+    if status == cp_model.INFEASIBLE:
+        return None
+    raise RuntimeError(f"CP-SAT could not optimize: {solver.StatusName(status)}")
+
+
+class _Collector(cp_model.CpSolverSolutionCallback):
+    def __init__(self, cm: CpsatModel, limit: int | None):
+        super().__init__()
+        self.cm = cm
+        self.limit = limit
+        self.found: list[dict[str, Any]] = []
+
+    def on_solution_callback(self) -> None:
+        self.found.append({p: self.cm.fields[p].values[self.Value(v)] for p, v in self.cm.idx.items()})
+        if self.limit is not None and len(self.found) >= self.limit:
+            self.StopSearch()
+
+
+def enumerate_solutions(spec: "Spec", limit: int | None = None) -> Iterator[dict[str, Any]]:
+    """Every assignment of the spec's always-present fields that satisfies it (path -> JSON value)."""
+    cm = CpsatModel(spec, spec.active_instances, fields=list(spec.fields))
+    solver = _solver()
+    solver.parameters.enumerate_all_solutions = True
+    collector = _Collector(cm, limit)
+    solver.Solve(cm.model, collector)
+    yield from collector.found

@@ -1,0 +1,451 @@
+"""JSON Schema subset -> a tree of nodes, finite-domain fields and free fields, in record (layout) order.
+
+Strict: every keyword outside the supported subset raises :class:`UnsupportedKeyword` naming its JSON Pointer.
+Annotations (``title``, ``description``, ...) are accepted and ignored. Narrowing is allowed (a record we emit never
+carries properties beyond the declared ones, so ``additionalProperties`` may be absent or ``true``); weakening is not.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from .errors import DeclarationError, UnsupportedKeyword
+
+#: Keywords accepted and ignored everywhere: they do not constrain the value.
+ANNOTATIONS = frozenset(
+    {"title", "description", "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly", "$schema",
+     "$id", "$anchor"}
+)
+#: Largest integer range enumerated as a finite domain.
+MAX_DOMAIN = 1_000_000
+
+
+def escape(token: str) -> str:
+    """One JSON Pointer reference token (RFC 6901)."""
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def unescape(token: str) -> str:
+    return token.replace("~1", "/").replace("~0", "~")
+
+
+def split_pointer(pointer: str) -> list[str]:
+    if pointer == "":
+        return []
+    if not pointer.startswith("/"):
+        raise ValueError(f"not a JSON Pointer: {pointer!r}")
+    return [unescape(t) for t in pointer[1:].split("/")]
+
+
+def jkey(value: Any) -> tuple[str, Any]:
+    """A hashable key that keeps JSON's distinctions Python blurs (``1 != true``, ``1 == 1.0``)."""
+    if isinstance(value, bool):
+        return ("b", value)
+    if isinstance(value, (int, float)):
+        return ("n", value)
+    if value is None:
+        return ("z", None)
+    if isinstance(value, str):
+        return ("s", value)
+    raise TypeError(f"not a scalar JSON value: {value!r}")
+
+
+def json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if value is None:
+        return "null"
+    return type(value).__name__
+
+
+@dataclass(eq=False)
+class Field:
+    """A leaf with a finite domain. ``values`` is the domain in canonical order (a ``range`` for integers)."""
+
+    pointer: str
+    values: Union[range, tuple[Any, ...]]
+    kind: str  # "integer" | "boolean" | "enum" | "const" | "null"
+    conditional: bool = False  # not always present (optional property, variable-length array, union branch)
+    _index: dict[Any, int] | None = field(default=None, repr=False)
+
+    @property
+    def size(self) -> int:
+        return len(self.values)
+
+    @property
+    def numeric(self) -> bool:
+        """True where every value is an integer or a boolean (booleans count 0/1)."""
+        if isinstance(self.values, range):
+            return True
+        return all(isinstance(v, (bool, int)) for v in self.values)
+
+    def number(self, k: int) -> int:
+        return int(self.values[k])
+
+    def index(self, value: Any) -> int:
+        """Position of ``value`` in the domain; ``KeyError`` when it is not there."""
+        if isinstance(self.values, range):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+                raise KeyError(value)
+            return self.values.index(int(value))
+        if self._index is None:
+            self._index = {jkey(v): k for k, v in enumerate(self.values)}
+        try:
+            return self._index[jkey(value)]
+        except TypeError:
+            raise KeyError(value) from None
+
+    def __contains__(self, value: Any) -> bool:
+        try:
+            self.index(value)
+        except KeyError:
+            return False
+        return True
+
+
+@dataclass(eq=False)
+class FreeField:
+    """A leaf without a finite domain (a note string, an unbounded integer, a number). Relations may not read it."""
+
+    pointer: str
+    schema: dict[str, Any]
+    conditional: bool = False
+
+    @property
+    def type(self) -> str:
+        return str(self.schema.get("type", "string"))
+
+
+@dataclass(eq=False)
+class Leaf:
+    pointer: str
+    field: Union[Field, FreeField]
+
+
+@dataclass(eq=False)
+class Property:
+    name: str
+    node: "Node"
+    required: bool
+
+
+@dataclass(eq=False)
+class ObjectNode:
+    pointer: str
+    properties: list[Property]
+
+
+@dataclass(eq=False)
+class ArrayNode:
+    pointer: str
+    items: "Node"  # the item template, laid out at index "*"
+    min_items: int
+    max_items: int | None
+    elements: list["Node"]  # one node per index below max_items (empty when unbounded)
+
+
+@dataclass(eq=False)
+class UnionNode:
+    pointer: str
+    branches: list[ObjectNode]
+    discriminator: str  # the property whose const value picks the branch
+    tags: list[Any]
+
+
+Node = Union[Leaf, ObjectNode, ArrayNode, UnionNode]
+
+
+class CompiledSchema:
+    """The schema as nodes, with lookup tables by JSON Pointer."""
+
+    def __init__(self, root: Node, fields: dict[str, Field], free: dict[str, FreeField], nodes: dict[str, Node]):
+        self.root = root
+        self.fields = fields  # every finite-domain leaf, record order
+        self.free = free
+        self.nodes = nodes
+
+    def suggest(self, pointer: str) -> str | None:
+        close = difflib.get_close_matches(pointer, list(self.nodes), n=3, cutoff=0.6)
+        return f"did you mean {', '.join(close)}?" if close else None
+
+
+_OBJECT_KEYS = {"type", "properties", "required", "additionalProperties"}
+_ARRAY_KEYS = {"type", "items", "minItems", "maxItems"}
+_INTEGER_KEYS = {"type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
+_STRING_KEYS = {"type", "maxLength", "minLength", "pattern"}
+_NUMBER_KEYS = {"type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
+
+
+class _Compiler:
+    def __init__(self, doc: dict[str, Any]):
+        self.doc = doc
+        self.defs: dict[str, Any] = {}
+        for key in ("$defs", "definitions"):
+            if key in doc:
+                if not isinstance(doc[key], dict):
+                    raise UnsupportedKeyword(f"{key} must be an object", pointer=f"#/{key}", found=doc[key])
+                for name, sub in doc[key].items():
+                    self.defs[f"#/{key}/{escape(name)}"] = sub
+        self.fields: dict[str, Field] = {}
+        self.free: dict[str, FreeField] = {}
+        self.nodes: dict[str, Node] = {}
+        self._ref_stack: list[str] = []
+
+    # -- helpers --------------------------------------------------------------------------------------------------
+    def _check_keys(self, schema: dict[str, Any], allowed: set[str], where: str) -> None:
+        for key in schema:
+            if key in allowed or key in ANNOTATIONS or key in ("$defs", "definitions"):
+                continue
+            if key == "x-factorspec" and where == "#":
+                continue
+            raise UnsupportedKeyword(
+                f"keyword {key!r} is not supported here", pointer=f"{where}/{escape(key)}", found=schema[key],
+                hint=f"supported at this place: {', '.join(sorted(allowed))} (annotations are ignored)",
+            )
+
+    def _resolve(self, schema: Any, where: str) -> tuple[dict[str, Any], str]:
+        if not isinstance(schema, dict):
+            if schema is True:
+                raise UnsupportedKeyword("the schema `true` (any value) has no layout", pointer=where,
+                                         hint="give the value a type")
+            raise DeclarationError("a schema must be an object", pointer=where, found=schema)
+        while "$ref" in schema:
+            ref = schema["$ref"]
+            others = set(schema) - {"$ref"} - ANNOTATIONS
+            if others:
+                raise UnsupportedKeyword("keywords beside $ref are not supported", pointer=where,
+                                         found=sorted(others), hint="move them into the referenced definition")
+            if ref not in self.defs:
+                raise UnsupportedKeyword(f"$ref {ref!r} is not a local definition", pointer=f"{where}/$ref",
+                                         found=ref, hint="only #/$defs/NAME and #/definitions/NAME are supported")
+            if ref in self._ref_stack:
+                raise UnsupportedKeyword("recursive $ref has no finite layout", pointer=f"{where}/$ref", found=ref)
+            self._ref_stack.append(ref)
+            schema = self.defs[ref]
+            where = ref
+            if not isinstance(schema, dict):
+                raise DeclarationError("a schema must be an object", pointer=where, found=schema)
+        return schema, where
+
+    # -- nodes ----------------------------------------------------------------------------------------------------
+    def node(self, schema: Any, pointer: str, where: str, conditional: bool) -> Node:
+        depth = len(self._ref_stack)
+        schema, where = self._resolve(schema, where)
+        try:
+            node = self._node(schema, pointer, where, conditional)
+        finally:
+            del self._ref_stack[depth:]
+        self.nodes[pointer] = node
+        return node
+
+    def _node(self, schema: dict[str, Any], pointer: str, where: str, conditional: bool) -> Node:
+        if "anyOf" in schema or "oneOf" in schema:
+            return self._union(schema, pointer, where, conditional)
+        if "const" in schema or "enum" in schema:
+            return self._enum(schema, pointer, where, conditional)
+        typ = schema.get("type")
+        if typ is None:
+            if "properties" in schema:
+                typ = "object"
+            elif "items" in schema:
+                typ = "array"
+            else:
+                raise UnsupportedKeyword("a schema without `type`, `enum` or `const` has no layout",
+                                         pointer=where, found=schema, hint='add e.g. "type": "string"')
+        if isinstance(typ, list):
+            raise UnsupportedKeyword("a list of types is not supported", pointer=f"{where}/type", found=typ,
+                                     hint="use anyOf of objects distinguished by a const field, or one type")
+        if typ == "object":
+            return self._object(schema, pointer, where, conditional)
+        if typ == "array":
+            return self._array(schema, pointer, where, conditional)
+        if typ == "integer":
+            return self._integer(schema, pointer, where, conditional)
+        if typ == "boolean":
+            self._check_keys(schema, {"type"}, where)
+            return self._leaf(Field(pointer, (False, True), "boolean", conditional))
+        if typ == "null":
+            self._check_keys(schema, {"type"}, where)
+            return self._leaf(Field(pointer, (None,), "null", conditional))
+        if typ == "string":
+            self._check_keys(schema, _STRING_KEYS, where)
+            return self._leaf(FreeField(pointer, dict(schema), conditional))
+        if typ == "number":
+            self._check_keys(schema, _NUMBER_KEYS, where)
+            return self._leaf(FreeField(pointer, dict(schema), conditional))
+        raise UnsupportedKeyword(f"type {typ!r} is not supported", pointer=f"{where}/type", found=typ,
+                                 hint="object, array, integer, boolean, string, number, null")
+
+    def _leaf(self, f: Union[Field, FreeField]) -> Leaf:
+        if isinstance(f, Field):
+            self.fields[f.pointer] = f
+        else:
+            self.free[f.pointer] = f
+        return Leaf(f.pointer, f)
+
+    def _enum(self, schema: dict[str, Any], pointer: str, where: str, conditional: bool) -> Leaf:
+        self._check_keys(schema, {"type", "enum", "const"}, where)
+        if "const" in schema and "enum" in schema:
+            raise UnsupportedKeyword("const beside enum", pointer=where, hint="use one of them")
+        if "const" in schema:
+            values, kind, key = [schema["const"]], "const", "const"
+        else:
+            values, kind, key = schema["enum"], "enum", "enum"
+            if not isinstance(values, list) or not values:
+                raise DeclarationError("enum must be a non-empty list", pointer=f"{where}/enum", found=values)
+        seen: set[Any] = set()
+        typ = schema.get("type")
+        for k, v in enumerate(values):
+            at = f"{where}/{key}" + (f"/{k}" if key == "enum" else "")
+            if isinstance(v, (dict, list)):
+                raise UnsupportedKeyword("object and array values in enum/const are not supported", pointer=at,
+                                         found=v, hint="use scalar values")
+            if jkey(v) in seen:
+                raise DeclarationError("duplicate enum value", pointer=at, found=v)
+            seen.add(jkey(v))
+            if typ is not None and not _has_type(v, typ):
+                raise DeclarationError(f"enum value is not of type {typ!r}", pointer=at, found=v)
+        return self._leaf(Field(pointer, tuple(values), kind, conditional))
+
+    def _integer(self, schema: dict[str, Any], pointer: str, where: str, conditional: bool) -> Leaf:
+        self._check_keys(schema, _INTEGER_KEYS, where)
+        for key in _INTEGER_KEYS - {"type"}:
+            if key in schema and (isinstance(schema[key], bool) or not isinstance(schema[key], (int, float))):
+                raise DeclarationError(f"{key} must be a number", pointer=f"{where}/{key}", found=schema[key])
+        lo = schema.get("minimum")
+        hi = schema.get("maximum")
+        if "exclusiveMinimum" in schema:
+            x = schema["exclusiveMinimum"]
+            lo = max(lo, _floor(x) + 1) if lo is not None else _floor(x) + 1
+        if "exclusiveMaximum" in schema:
+            x = schema["exclusiveMaximum"]
+            hi = min(hi, _ceil(x) - 1) if hi is not None else _ceil(x) - 1
+        step = schema.get("multipleOf", 1)
+        if step != int(step) or step <= 0:
+            raise UnsupportedKeyword("multipleOf must be a positive integer for integers", pointer=f"{where}/multipleOf",
+                                     found=step)
+        step = int(step)
+        if lo is None or hi is None:
+            return self._leaf(FreeField(pointer, dict(schema), conditional))
+        lo, hi = _ceil(lo), _floor(hi)
+        first = lo + (-lo) % step
+        values = range(first, hi + 1, step)
+        if len(values) == 0:
+            raise DeclarationError("integer range is empty", pointer=where, found={"minimum": lo, "maximum": hi})
+        if len(values) > MAX_DOMAIN:
+            return self._leaf(FreeField(pointer, dict(schema), conditional))
+        return self._leaf(Field(pointer, values, "integer", conditional))
+
+    def _object(self, schema: dict[str, Any], pointer: str, where: str, conditional: bool) -> ObjectNode:
+        self._check_keys(schema, _OBJECT_KEYS, where)
+        extra = schema.get("additionalProperties", True)
+        if not isinstance(extra, bool):
+            raise UnsupportedKeyword("additionalProperties as a schema is not supported",
+                                     pointer=f"{where}/additionalProperties", found=extra,
+                                     hint="false (records carry only declared properties)")
+        props = schema.get("properties", {})
+        if not isinstance(props, dict):
+            raise DeclarationError("properties must be an object", pointer=f"{where}/properties", found=props)
+        required = schema.get("required", [])
+        if not isinstance(required, list) or any(not isinstance(r, str) for r in required):
+            raise DeclarationError("required must be a list of names", pointer=f"{where}/required", found=required)
+        missing = [r for r in required if r not in props]
+        if missing:
+            raise UnsupportedKeyword("required names a property not declared in properties",
+                                     pointer=f"{where}/required", found=missing,
+                                     hint="declare it under properties (records carry only declared properties)")
+        out = []
+        for name, sub in props.items():
+            req = name in required
+            child = self.node(sub, f"{pointer}/{escape(name)}", f"{where}/properties/{escape(name)}",
+                              conditional or not req)
+            out.append(Property(name, child, req))
+        return ObjectNode(pointer, out)
+
+    def _array(self, schema: dict[str, Any], pointer: str, where: str, conditional: bool) -> ArrayNode:
+        self._check_keys(schema, _ARRAY_KEYS, where)
+        if "items" not in schema:
+            raise UnsupportedKeyword("an array needs `items`", pointer=where, hint='add "items": {...}')
+        lo = schema.get("minItems", 0)
+        hi = schema.get("maxItems")
+        for key, val in (("minItems", lo), ("maxItems", hi)):
+            if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val < 0):
+                raise DeclarationError(f"{key} must be a non-negative integer", pointer=f"{where}/{key}", found=val)
+        if hi is not None and hi < lo:
+            raise DeclarationError("maxItems is below minItems", pointer=where, found={"minItems": lo, "maxItems": hi})
+        # The template is laid out at "*" so that relations and layouts can name the item shape.
+        saved = dict(self.fields), dict(self.free)
+        template = self.node(schema["items"], f"{pointer}/*", f"{where}/items", True)
+        self.fields, self.free = saved
+        elements = []
+        if hi is not None:
+            if hi > 10_000:
+                raise UnsupportedKeyword("maxItems above 10000 is not supported", pointer=f"{where}/maxItems", found=hi)
+            for i in range(hi):
+                elements.append(self.node(schema["items"], f"{pointer}/{i}", f"{where}/items", conditional or i >= lo))
+        return ArrayNode(pointer, template, lo, hi, elements)
+
+    def _union(self, schema: dict[str, Any], pointer: str, where: str, conditional: bool) -> UnionNode:
+        key = "anyOf" if "anyOf" in schema else "oneOf"
+        self._check_keys(schema, {key}, where)
+        options = schema[key]
+        if not isinstance(options, list) or not options:
+            raise DeclarationError(f"{key} must be a non-empty list", pointer=f"{where}/{key}", found=options)
+        resolved = [self._resolve(o, f"{where}/{key}/{k}") for k, o in enumerate(options)]
+        tags: dict[str, list[Any]] = {}
+        for k, (opt, _) in enumerate(resolved):
+            if opt.get("type", "object" if "properties" in opt else None) != "object":
+                raise UnsupportedKeyword(f"{key} is supported only over objects distinguished by a const property",
+                                         pointer=f"{where}/{key}/{k}", found=opt.get("type"))
+            for name, sub in opt.get("properties", {}).items():
+                sub_r, _ = self._resolve(sub, where)
+                if name in opt.get("required", []) and ("const" in sub_r or len(sub_r.get("enum", [])) == 1):
+                    tags.setdefault(name, []).append(sub_r["const"] if "const" in sub_r else sub_r["enum"][0])
+        disc = next((n for n, vs in tags.items()
+                     if len(vs) == len(options) and len({jkey(v) for v in vs}) == len(vs)), None)
+        if disc is None:
+            raise UnsupportedKeyword(f"{key} branches need a required const property with a distinct value in each",
+                                     pointer=f"{where}/{key}", hint='e.g. "name": {"const": "get_weather"}')
+        branches = []
+        for k, option in enumerate(options):
+            node = self.node(option, pointer, f"{where}/{key}/{k}", True)
+            assert isinstance(node, ObjectNode)
+            branches.append(node)
+        # Branch fields share pointers; they are conditional and not relation variables.
+        for b in branches:
+            for p in list(self.fields):
+                if p.startswith(pointer + "/") or p == pointer:
+                    self.fields[p].conditional = True
+        return UnionNode(pointer, branches, disc, tags[disc])
+
+
+def _has_type(v: Any, typ: Any) -> bool:
+    if isinstance(typ, list):
+        return any(_has_type(v, t) for t in typ)
+    actual = json_type(v)
+    return actual == typ or (typ == "number" and actual == "integer")
+
+
+def _floor(x: float) -> int:
+    return int(x // 1)
+
+
+def _ceil(x: float) -> int:
+    return -int((-x) // 1)
+
+
+def compile_schema(doc: dict[str, Any]) -> CompiledSchema:
+    """Compile a JSON Schema document (the root of a declaration) into nodes and fields."""
+    if not isinstance(doc, dict):
+        raise DeclarationError("a declaration must be a JSON object (a JSON Schema)", pointer="#", found=doc)
+    c = _Compiler(doc)
+    root = c.node(doc, "", "#", False)
+    return CompiledSchema(root, c.fields, c.free, c.nodes)

@@ -1,0 +1,401 @@
+"""Spec = JSON Schema + relations (+ objective): load, dump, instantiate path templates, check records.
+
+>>> spec = Spec.from_json({"type": "object", "required": ["a", "b"], "additionalProperties": False,
+...     "properties": {"a": {"enum": ["x", "y"]}, "b": {"enum": ["x", "y"]}},
+...     "x-factorspec": {"relations": [{"kind": "all_different", "fields": ["/a", "/b"]}]}})
+>>> s = spec.session()
+>>> s.assign("/a", "x")
+>>> s.admissible("/b")
+['y']
+"""
+
+from __future__ import annotations
+
+import copy
+import html
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+
+from .errors import (DeclarationError, FreeFieldInRelation, MalformedRelation, NotAField, TableBudgetExceeded,
+                     UnboundedDomain, UnknownPath, UnsatisfiableDeclaration)
+from .relations import Any_, Implies, Linear, Relation, Table, Term, _parse_terms, relation_from_json, relation_has_sat
+from .schema import ArrayNode, Field, Leaf, Node, ObjectNode, UnionNode, compile_schema, escape, split_pointer
+
+if TYPE_CHECKING:
+    from .graph import FactorGraph
+    from .session import Session
+
+DEFAULT_TABLE_BUDGET = 100_000
+_TEMPLATE = re.compile(r"\{i([+-]\d+)?\}")
+_XKEYS = {"relations", "objective", "table_budget"}
+
+
+@dataclass(frozen=True)
+class Objective:
+    """``minimize``/``maximize`` a linear expression; with ``require="optimal"`` only optimal records are admissible."""
+
+    sense: str
+    terms: list[Term]
+    require: str = "optimal"
+
+    def to_json(self) -> dict[str, Any]:
+        return {self.sense: [t.to_json() for t in self.terms], "require": self.require}
+
+    @staticmethod
+    def from_json(doc: Any, where: str) -> "Objective":
+        if not isinstance(doc, dict):
+            raise MalformedRelation("objective must be an object", pointer=where, found=doc)
+        senses = [k for k in ("minimize", "maximize") if k in doc]
+        unknown = set(doc) - {"minimize", "maximize", "require"}
+        if len(senses) != 1 or unknown:
+            raise MalformedRelation('objective takes one of "minimize"/"maximize" and "require"', pointer=where,
+                                    found=sorted(doc))
+        require = doc.get("require", "optimal")
+        if require not in ("optimal", "any"):
+            raise MalformedRelation("require is 'optimal' or 'any'", pointer=f"{where}/require", found=require)
+        return Objective(senses[0], _parse_terms(doc[senses[0]], f"{where}/{senses[0]}"), require)
+
+
+@dataclass(eq=False)
+class Instance:
+    """One concrete relation: a template relation with its paths instantiated."""
+
+    number: int  # position among all instances
+    source: int  # index of the template in spec.relations; -1 for the objective
+    relation: Relation
+    where: str  # JSON Pointer of the template in the declaration
+    i: int | None  # the {i} it was instantiated at
+    scope: list[str]
+
+    @property
+    def label(self) -> str:
+        name = self.relation.name or self.relation.kind
+        at = f" [i={self.i}]" if self.i is not None else ""
+        what = "objective" if self.source < 0 else f"relation {self.source}"
+        return f"{what} '{name}' ({self.relation.kind}){at}"
+
+    def describe(self) -> str:
+        return f"{self.label} over {', '.join(self.scope)}"
+
+
+class Spec:
+    """A declaration: a JSON Schema and relations among its fields. Build with :meth:`from_json` or directly.
+
+    Parameters
+    ----------
+    schema
+        The JSON Schema of the record (without ``x-factorspec``).
+    relations
+        Relation objects (templates allowed).
+    objective
+        Optional :class:`Objective`.
+    table_budget
+        Largest table (rows) accepted; ``None`` keeps the default (100,000) and is not written back.
+    """
+
+    def __init__(self, schema: Mapping[str, Any], relations: Sequence[Relation] = (), *,
+                 objective: Objective | None = None, table_budget: int | None = None):
+        self.schema: dict[str, Any] = {k: copy.deepcopy(v) for k, v in schema.items() if k != "x-factorspec"}
+        self.relations = list(relations)
+        self.objective = objective
+        self.table_budget = table_budget
+        if table_budget is not None and (isinstance(table_budget, bool) or not isinstance(table_budget, int)
+                                         or table_budget < 1):
+            raise DeclarationError("table_budget must be a positive integer", pointer="#/x-factorspec/table_budget",
+                                   found=table_budget)
+        self.compiled = compile_schema(self.schema)
+        #: every always-present finite-domain field, in record order
+        self.fields: dict[str, Field] = {p: f for p, f in self.compiled.fields.items() if not f.conditional}
+        self.instances: list[Instance] = []
+        for k, rel in enumerate(self.relations):
+            if not isinstance(rel, Relation):
+                raise MalformedRelation("relations must be Relation objects", pointer=f"#/x-factorspec/relations/{k}",
+                                        found=rel)
+            self._instantiate(k, rel, f"#/x-factorspec/relations/{k}")
+        self._objective_terms: list[Term] = []
+        if objective is not None:
+            where = "#/x-factorspec/objective"
+            self._objective_terms = [u for t in objective.terms
+                                     for u in t.with_path(lambda p, many: self._expand(p, True, where))]
+            for t in self._objective_terms:
+                t.validate(self.fields, where)
+        self._optimum: int | None = None
+        self._encoded: dict[str, Any] = {}
+
+    # -- construction ----------------------------------------------------------------------------------------------
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> "Spec":
+        """Build from the JSON form: a JSON Schema whose root may carry ``x-factorspec``."""
+        if not isinstance(doc, Mapping):
+            raise DeclarationError("a declaration must be a JSON object", pointer="#", found=doc)
+        x = doc.get("x-factorspec", {})
+        if not isinstance(x, Mapping):
+            raise DeclarationError("x-factorspec must be an object", pointer="#/x-factorspec", found=x)
+        unknown = set(x) - _XKEYS
+        if unknown:
+            raise DeclarationError("unknown key(s) in x-factorspec", pointer="#/x-factorspec", found=sorted(unknown),
+                                   hint=f"keys: {', '.join(sorted(_XKEYS))}")
+        rels = x.get("relations", [])
+        if not isinstance(rels, list):
+            raise MalformedRelation("relations must be a list", pointer="#/x-factorspec/relations", found=rels)
+        relations = [relation_from_json(r, f"#/x-factorspec/relations/{k}") for k, r in enumerate(rels)]
+        objective = Objective.from_json(x["objective"], "#/x-factorspec/objective") if "objective" in x else None
+        return cls(doc, relations, objective=objective, table_budget=x.get("table_budget"))
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form; ``Spec.from_json(doc).to_json() == doc``."""
+        doc = copy.deepcopy(self.schema)
+        x: dict[str, Any] = {"relations": [r.to_json() for r in self.relations]}
+        if self.objective is not None:
+            x["objective"] = self.objective.to_json()
+        if self.table_budget is not None:
+            x["table_budget"] = self.table_budget
+        doc["x-factorspec"] = x
+        return doc
+
+    @classmethod
+    def from_pydantic(cls, model: Any, relations: Sequence[Relation] = (), *, objective: Objective | None = None,
+                      table_budget: int | None = None) -> "Spec":
+        """Build from a pydantic model class (its ``model_json_schema()``) and relations."""
+        schema = model.model_json_schema()
+        return cls(schema, relations, objective=objective, table_budget=table_budget)
+
+    # -- paths -----------------------------------------------------------------------------------------------------
+    def _expand(self, path: str, many: bool, where: str, strict: bool = True) -> list[str]:
+        """Concrete field pointers named by ``path`` (``*`` expanded). Raise, or with ``strict=False`` return []
+        when an index or property does not exist."""
+        try:
+            tokens = split_pointer(path)
+        except ValueError:
+            raise MalformedRelation("a path must be a JSON Pointer starting with '/'", pointer=where,
+                                    found=path) from None
+        current: list[tuple[str, Node]] = [("", self.compiled.root)]
+        for tok in tokens:
+            nxt: list[tuple[str, Node]] = []
+            for ptr, node in current:
+                if isinstance(node, ObjectNode):
+                    prop = next((p for p in node.properties if p.name == tok), None)
+                    if prop is None:
+                        if not strict:
+                            return []
+                        raise UnknownPath(f"path {path!r} names nothing: {ptr or '/'} has no property {tok!r}",
+                                          pointer=where, found=path, hint=self.compiled.suggest(f"{ptr}/{escape(tok)}")
+                                          or f"properties: {', '.join(p.name for p in node.properties)}")
+                    nxt.append((f"{ptr}/{escape(tok)}", prop.node))
+                elif isinstance(node, ArrayNode):
+                    if node.max_items is None or node.min_items != node.max_items:
+                        raise NotAField(f"path {path!r} reads into the variable-length array {ptr}", pointer=where,
+                                        found=path, hint="relations read only always-present fields: give the array "
+                                                         "minItems == maxItems")
+                    if tok == "*":
+                        nxt.extend((f"{ptr}/{i}", el) for i, el in enumerate(node.elements))
+                    elif tok.isdigit() and int(tok) < len(node.elements):
+                        nxt.append((f"{ptr}/{tok}", node.elements[int(tok)]))
+                    else:
+                        if not strict:
+                            return []
+                        raise UnknownPath(f"path {path!r} names nothing: {ptr} has indices 0..{len(node.elements) - 1}",
+                                          pointer=where, found=path)
+                elif isinstance(node, UnionNode):
+                    raise NotAField(f"path {path!r} reads into the anyOf/oneOf at {ptr}", pointer=where, found=path,
+                                    hint="relations read only always-present fields")
+                else:
+                    raise UnknownPath(f"path {path!r} continues past the field {ptr}", pointer=where, found=path)
+            current = nxt
+        out = []
+        for ptr, node in current:
+            if not isinstance(node, Leaf):
+                raise NotAField(f"path {path!r} names {'an object' if isinstance(node, ObjectNode) else 'an array'}"
+                                f" ({ptr or '/'}), not a field", pointer=where, found=path,
+                                hint="name a leaf, e.g. " + (next(iter(self._leaves_under(ptr)), "") or "a field"))
+            f = node.field
+            if not isinstance(f, Field):
+                if f.type in ("integer",):
+                    raise UnboundedDomain(f"{ptr} has an unbounded (or too wide) integer domain", pointer=where,
+                                          found=path, hint="give it minimum and maximum")
+                raise FreeFieldInRelation(f"{ptr} is a free {f.type} field; relations may not read it",
+                                          pointer=where, found=path, hint="give it an enum, or leave it out")
+            if f.conditional:
+                raise NotAField(f"{ptr} is not always present (optional property, variable-length array or union "
+                                "branch)", pointer=where, found=path, hint="make it required / the array fixed-length")
+            out.append(ptr)
+        if not many and len(out) != 1:
+            raise MalformedRelation(f"this place takes one field; {path!r} names {len(out)}", pointer=where,
+                                    found=path)
+        return out
+
+    def _leaves_under(self, ptr: str) -> Iterator[str]:
+        for p in self.compiled.fields:
+            if p.startswith(ptr + "/"):
+                yield p
+
+    def _instantiate(self, source: int, rel: Relation, where: str) -> None:
+        templ = rel.paths()
+        offsets = {int(m.group(1) or 0) for p in templ for m in _TEMPLATE.finditer(p)}
+        if not offsets:
+            concrete = rel.map_paths(lambda p, many: self._expand(p, many, where))
+            self._add_instance(source, concrete, where, None)
+            return
+        # Structural check: every template path must name something for some i.
+        for p in templ:
+            self._expand(_TEMPLATE.sub("*", p), True, where)
+        limit = max((len(n.elements) for n in self.compiled.nodes.values() if isinstance(n, ArrayNode)), default=0)
+        made = 0
+        for i in range(limit):
+            if any(i + o < 0 for o in offsets):
+                continue
+
+            def sub(p: str, i: int = i) -> str:
+                return _TEMPLATE.sub(lambda m: str(i + int(m.group(1) or 0)), p)
+
+            if not all(self._expand(sub(p), True, where, strict=False) for p in templ):
+                continue
+            concrete = rel.map_paths(lambda p, many: self._expand(sub(p), many, where))
+            self._add_instance(source, concrete, where, i)
+            made += 1
+
+    def _add_instance(self, source: int, rel: Relation, where: str, i: int | None) -> None:
+        rel.validate(self.fields, where)
+        for t in _tables(rel):
+            budget = self.table_budget or DEFAULT_TABLE_BUDGET
+            if len(t.rows) > budget:
+                raise TableBudgetExceeded(f"table has {len(t.rows)} rows, over the table_budget of {budget}",
+                                          pointer=where, found=len(t.rows),
+                                          hint='raise "table_budget" in x-factorspec, or express the table as '
+                                               "linear/implies relations")
+        scope = list(dict.fromkeys(rel.paths()))
+        self.instances.append(Instance(len(self.instances), source, rel, where, i, scope))
+
+    # -- views -----------------------------------------------------------------------------------------------------
+    @cached_property
+    def scope_fields(self) -> list[str]:
+        """Fields read by at least one relation (or the objective), in record order."""
+        used = {p for inst in self.instances for p in inst.scope} | {t.path for t in self._objective_terms}
+        return [p for p in self.fields if p in used]
+
+    @property
+    def graph(self) -> "FactorGraph":
+        from .graph import FactorGraph
+        return FactorGraph(self)
+
+    @property
+    def has_sat_encoding(self) -> bool:
+        return all(relation_has_sat(inst.relation) for inst in self.instances)
+
+    def optimum(self) -> int | None:
+        """The optimal objective value (CP-SAT), or None without an objective. Raises when unsatisfiable."""
+        if self.objective is None:
+            return None
+        if self._optimum is None:
+            from .encoders.cpsat import optimize
+            value = optimize(self, self._objective_terms, self.objective.sense)
+            if value is None:
+                raise self.unsatisfiable()
+            self._optimum = value
+        return self._optimum
+
+    @cached_property
+    def active_instances(self) -> list[Instance]:
+        """The instances sessions enforce: the relations, plus ``objective == optimum`` under require=optimal."""
+        out = list(self.instances)
+        if self.objective is not None and self.objective.require == "optimal":
+            opt = self.optimum()
+            assert opt is not None
+            rel = Linear(list(self._objective_terms), "==", opt, name=f"{self.objective.sense} (optimal = {opt})")
+            scope = list(dict.fromkeys(t.path for t in self._objective_terms))
+            out.append(Instance(len(out), -1, rel, "#/x-factorspec/objective", None, scope))
+        return out
+
+    # -- solving ---------------------------------------------------------------------------------------------------
+    def session(self, backend: str | None = None, *, time_limit: float | None = None) -> "Session":
+        """A new incremental session. ``backend``: "sat", "cpsat", "csp", or None for the default choice."""
+        from .session import Session
+        return Session(self, backend=backend, time_limit=time_limit)
+
+    def unsatisfiable(self) -> UnsatisfiableDeclaration:
+        from .session import Session
+        s = Session(self, backend="cpsat", _check=False, _relations=self.instances)
+        return UnsatisfiableDeclaration("no record satisfies the declaration", pointer="#/x-factorspec",
+                                        explanation=s.explain())
+
+    def solutions(self, limit: int | None = None) -> Iterator[dict[str, Any]]:
+        """Records satisfying the declaration (CP-SAT enumeration; free fields are left out of the records)."""
+        from .encoders.cpsat import enumerate_solutions
+        for values in enumerate_solutions(self, limit):
+            yield self.record(values)
+
+    def record(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """Build the record from field values (path -> JSON value); free and conditional parts are left out."""
+        return _build(self.compiled.root, values)  # type: ignore[no-any-return]
+
+    def check_record(self, record: Any) -> list[str]:
+        """Violations of the schema (jsonschema) and of each relation instance; empty when the record is valid."""
+        import jsonschema
+        problems = [f"schema: {e.message} at /{'/'.join(map(str, e.absolute_path))}"
+                    for e in jsonschema.Draft202012Validator(self.schema).iter_errors(record)]
+        if problems:
+            return problems
+        values = {p: _get(record, p) for p in self.fields}
+        for inst in self.active_instances:
+            if not inst.relation.check(values):
+                problems.append(f"violates {inst.describe()}")
+        return problems
+
+    # -- display ---------------------------------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        return (f"Spec({len(self.fields)} fields, {len(self.relations)} relations -> {len(self.instances)} "
+                f"instances{', objective' if self.objective else ''})")
+
+    def _repr_html_(self) -> str:
+        rows = "".join(f"<tr><td><code>{html.escape(p)}</code></td><td>{f.size}</td><td>{html.escape(_short(f))}"
+                       f"</td></tr>" for p, f in self.fields.items())
+        rels = "".join(f"<li>{html.escape(i.describe())}</li>" for i in self.instances[:50])
+        more = f"<li>... {len(self.instances) - 50} more</li>" if len(self.instances) > 50 else ""
+        return (f"<b>{html.escape(repr(self))}</b><table><tr><th>field</th><th>size</th><th>domain</th></tr>{rows}"
+                f"</table><ul>{rels}{more}</ul>")
+
+
+def _short(f: Field) -> str:
+    if isinstance(f.values, range):
+        return f"{f.values.start}..{f.values.stop - 1}" + (f" step {f.values.step}" if f.values.step != 1 else "")
+    vals = list(f.values[:6])
+    return ", ".join(map(repr, vals)) + (" ..." if f.size > 6 else "")
+
+
+def _tables(rel: Relation) -> Iterator[Table]:
+    if isinstance(rel, Table):
+        yield rel
+    elif isinstance(rel, Implies):
+        yield from _tables(rel.then)
+    elif isinstance(rel, Any_):
+        for r in rel.relations:
+            yield from _tables(r)
+
+
+def _get(record: Any, pointer: str) -> Any:
+    cur = record
+    for tok in split_pointer(pointer):
+        cur = cur[int(tok)] if isinstance(cur, list) else cur[tok]
+    return cur
+
+
+def _build(node: Node, values: Mapping[str, Any]) -> Any:
+    if isinstance(node, Leaf):
+        return values.get(node.pointer, _MISSING)
+    if isinstance(node, ObjectNode):
+        out = {}
+        for prop in node.properties:
+            if not prop.required:
+                continue
+            v = _build(prop.node, values)
+            if v is not _MISSING:
+                out[prop.name] = v
+        return out
+    if isinstance(node, ArrayNode):
+        return [_build(el, values) for el in node.elements[:node.min_items]]
+    return _MISSING
+
+
+_MISSING: Any = object()
