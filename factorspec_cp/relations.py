@@ -176,7 +176,7 @@ def relation_from_json(doc: Any, where: str) -> Relation:
     if not isinstance(doc, dict):
         raise MalformedRelation("a relation must be an object with a `kind`", pointer=where, found=doc)
     kind = doc.get("kind")
-    if kind not in _KINDS:
+    if not isinstance(kind, str) or kind not in _KINDS:
         raise UnknownRelationKind(f"unknown relation kind {kind!r}", pointer=f"{where}/kind", found=kind,
                                   hint=f"built-in kinds: {', '.join(k for k in _KINDS)}; register others with "
                                        "@factorspec_cp.relation_kind")
@@ -506,7 +506,7 @@ class Compare(Relation):
                    for x in (self.left, self.right))
 
     def encode(self, ctx: "Context") -> None:
-        if self.numeric(ctx.fields):
+        if self.op not in ("==", "!=") and self.numeric(ctx.fields):
             terms, rhs = [], 0
             for sign, x in ((1, self.left), (-1, self.right)):
                 if is_path(x):
@@ -577,11 +577,11 @@ class Implies(Relation):
 
     def validate(self, fields: Mapping[str, Field], where: str) -> None:
         for k, lit in enumerate(self.if_):
-            lit.validate(fields, f"{where}/if/{k}")
+            lit.validate(fields, f"{where}/if/{k}" if self.if_list else f"{where}/if")
         self.then.validate(fields, f"{where}/then")
 
     def encode(self, ctx: "Context") -> None:
-        self.then.encode(ctx.when(list(self.if_)))
+        ctx.when(list(self.if_)).post(self.then)
 
     @property
     def has_sat_encoding(self) -> bool:
@@ -619,7 +619,7 @@ class Any_(Relation):
             r.validate(fields, f"{where}/relations/{k}")
 
     def encode(self, ctx: "Context") -> None:
-        ctx.add_any([r.encode for r in self.relations])
+        ctx.add_any([lambda c, r=r: c.post(r) for r in self.relations])
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,10 @@ class Field:
         if isinstance(self.values, range):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
                 raise KeyError(value)
-            return self.values.index(int(value))
+            try:
+                return self.values.index(int(value))
+            except ValueError:
+                raise KeyError(value) from None
         if self._index is None:
             self._index = {jkey(v): k for k, v in enumerate(self.values)}
         try:
@@ -219,7 +222,7 @@ class _Compiler:
             raise DeclarationError("a schema must be an object", pointer=where, found=schema)
         while "$ref" in schema:
             ref = schema["$ref"]
-            others = set(schema) - {"$ref"} - ANNOTATIONS
+            others = set(schema) - {"$ref", "$defs", "definitions"} - ANNOTATIONS
             if others:
                 raise UnsupportedKeyword("keywords beside $ref are not supported", pointer=where,
                                          found=sorted(others), hint="move them into the referenced definition")
@@ -399,7 +402,11 @@ class _Compiler:
         options = schema[key]
         if not isinstance(options, list) or not options:
             raise DeclarationError(f"{key} must be a non-empty list", pointer=f"{where}/{key}", found=options)
-        resolved = [self._resolve(o, f"{where}/{key}/{k}") for k, o in enumerate(options)]
+        depth = len(self._ref_stack)
+        resolved = []
+        for k, o in enumerate(options):
+            resolved.append(self._resolve(o, f"{where}/{key}/{k}"))
+            del self._ref_stack[depth:]
         tags: dict[str, list[Any]] = {}
         for k, (opt, _) in enumerate(resolved):
             if opt.get("type", "object" if "properties" in opt else None) != "object":
@@ -407,6 +414,7 @@ class _Compiler:
                                          pointer=f"{where}/{key}/{k}", found=opt.get("type"))
             for name, sub in opt.get("properties", {}).items():
                 sub_r, _ = self._resolve(sub, where)
+                del self._ref_stack[depth:]
                 if name in opt.get("required", []) and ("const" in sub_r or len(sub_r.get("enum", [])) == 1):
                     tags.setdefault(name, []).append(sub_r["const"] if "const" in sub_r else sub_r["enum"][0])
         disc = next((n for n, vs in tags.items()
@@ -419,11 +427,10 @@ class _Compiler:
             node = self.node(option, pointer, f"{where}/{key}/{k}", True)
             assert isinstance(node, ObjectNode)
             branches.append(node)
-        # Branch fields share pointers; they are conditional and not relation variables.
-        for b in branches:
-            for p in list(self.fields):
-                if p.startswith(pointer + "/") or p == pointer:
-                    self.fields[p].conditional = True
+        # Branch fields share pointers (the last branch's wins in the lookup tables); all are conditional. The
+        # discriminator's domain is every branch's tag.
+        tag_ptr = f"{pointer}/{escape(disc)}"
+        self.fields[tag_ptr] = Field(tag_ptr, tuple(tags[disc]), "enum", conditional=True)
         return UnionNode(pointer, branches, disc, tags[disc])
 
 

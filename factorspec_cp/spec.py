@@ -110,10 +110,11 @@ class Spec:
         self.fields: dict[str, Field] = {p: f for p, f in self.compiled.fields.items() if not f.conditional}
         self.instances: list[Instance] = []
         for k, rel in enumerate(self.relations):
+            where = f"#/x-factorspec/relations/{k}"
             if not isinstance(rel, Relation):
-                raise MalformedRelation("relations must be Relation objects", pointer=f"#/x-factorspec/relations/{k}",
-                                        found=rel)
-            self._instantiate(k, rel, f"#/x-factorspec/relations/{k}")
+                raise MalformedRelation("relations must be Relation objects", pointer=where, found=rel)
+            relation_from_json(rel.to_json(), where)  # the JSON form's checks, for relations built in Python too
+            self._instantiate(k, rel, where)
         self._objective_terms: list[Term] = []
         if objective is not None:
             where = "#/x-factorspec/objective"
@@ -233,14 +234,19 @@ class Spec:
 
     def _instantiate(self, source: int, rel: Relation, where: str) -> None:
         templ = rel.paths()
+        doc = rel.to_json()
+
+        def at(p: str) -> str:  # the JSON Pointer of the place holding template path p
+            return where + _locate(doc, p)
+
         offsets = {int(m.group(1) or 0) for p in templ for m in _TEMPLATE.finditer(p)}
         if not offsets:
-            concrete = rel.map_paths(lambda p, many: self._expand(p, many, where))
+            concrete = rel.map_paths(lambda p, many: self._expand(p, many, at(p)))
             self._add_instance(source, concrete, where, None)
             return
         # Structural check: every template path must name something for some i.
         for p in templ:
-            self._expand(_TEMPLATE.sub("*", p), True, where)
+            self._expand(_TEMPLATE.sub("*", p), True, at(p))
         limit = max((len(n.elements) for n in self.compiled.nodes.values() if isinstance(n, ArrayNode)), default=0)
         made = 0
         for i in range(limit):
@@ -252,9 +258,13 @@ class Spec:
 
             if not all(self._expand(sub(p), True, where, strict=False) for p in templ):
                 continue
-            concrete = rel.map_paths(lambda p, many: self._expand(sub(p), many, where))
+            concrete = rel.map_paths(lambda p, many: self._expand(sub(p), many, at(p)))
             self._add_instance(source, concrete, where, i)
             made += 1
+        if made == 0:
+            raise MalformedRelation("the path template instantiates for no i: no index has all of its paths",
+                                    pointer=where, found=templ, hint="check the offsets ({i+1}, {i-1}) against the "
+                                                                     "array lengths")
 
     def _add_instance(self, source: int, rel: Relation, where: str, i: int | None) -> None:
         rel.validate(self.fields, where)
@@ -372,6 +382,18 @@ def _tables(rel: Relation) -> Iterator[Table]:
     elif isinstance(rel, Any_):
         for r in rel.relations:
             yield from _tables(r)
+
+
+def _locate(doc: Any, target: str, at: str = "") -> str:
+    """The JSON Pointer (relative to ``doc``) of the first string equal to ``target``; "" when absent."""
+    if doc == target:
+        return at
+    items = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ()
+    for k, v in items:
+        found = _locate(v, target, f"{at}/{escape(str(k))}")
+        if found or v == target:
+            return found
+    return ""
 
 
 def _get(record: Any, pointer: str) -> Any:

@@ -39,6 +39,10 @@ class Context(ABC):
     @abstractmethod
     def when(self, literals: Sequence[Literal]) -> "Context": ...
 
+    @abstractmethod
+    def post(self, relation: Any) -> None:
+        """Encode a (nested) relation with this backend's method: ``encode_sat`` or ``encode_cpsat``."""
+
 
 def weights(terms: Sequence[Term], fields: Mapping[str, Field]) -> dict[str, list[int]]:
     """Group terms by field: ``{path: [contribution of value k for k in domain]}`` (coefficients folded in)."""

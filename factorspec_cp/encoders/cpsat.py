@@ -201,6 +201,9 @@ class CpsatContext(Context):
         for a, branch in zip(aux, branches):
             branch(CpsatContext(self.cm, (*self.enf, a)))
 
+    def post(self, relation: Any) -> None:
+        relation.encode_cpsat(self)
+
     def when(self, literals: Sequence[Literal]) -> Context:
         enf = list(self.enf)
         for lit in literals:
@@ -297,24 +300,23 @@ def optimize(spec: "Spec", terms: Sequence[Term], sense: str) -> int | None:
     raise RuntimeError(f"CP-SAT could not optimize: {solver.StatusName(status)}")
 
 
-class _Collector(cp_model.CpSolverSolutionCallback):
-    def __init__(self, cm: CpsatModel, limit: int | None):
-        super().__init__()
-        self.cm = cm
-        self.limit = limit
-        self.found: list[dict[str, Any]] = []
-
-    def on_solution_callback(self) -> None:
-        self.found.append({p: self.cm.fields[p].values[self.Value(v)] for p, v in self.cm.idx.items()})
-        if self.limit is not None and len(self.found) >= self.limit:
-            self.StopSearch()
-
-
 def enumerate_solutions(spec: "Spec", limit: int | None = None) -> Iterator[dict[str, Any]]:
-    """Every assignment of the spec's always-present fields that satisfies it (path -> JSON value)."""
+    """Every assignment of the spec's always-present fields that satisfies it (path -> JSON value), lazily.
+
+    Each solution found is blocked before the next solve, so auxiliary variables never repeat a record."""
     cm = CpsatModel(spec, spec.active_instances, fields=list(spec.fields))
-    solver = _solver()
-    solver.parameters.enumerate_all_solutions = True
-    collector = _Collector(cm, limit)
-    solver.Solve(cm.model, collector)
-    yield from collector.found
+    xs = list(cm.idx.items())
+    count = 0
+    while limit is None or count < limit:
+        solver = _solver()
+        status = solver.Solve(cm.model)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            if status not in (cp_model.INFEASIBLE,):
+                raise RuntimeError(f"CP-SAT enumeration stopped: {solver.StatusName(status)}")
+            return
+        ks = [int(solver.Value(v)) for _, v in xs]
+        yield {p: cm.fields[p].values[k] for (p, _), k in zip(xs, ks)}
+        count += 1
+        if not xs:
+            return
+        cm.model.AddForbiddenAssignments([v for _, v in xs], [ks])

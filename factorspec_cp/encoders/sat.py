@@ -212,6 +212,9 @@ class SatContext(Context):
         for a, branch in zip(aux, branches):
             branch(SatContext(self.enc, (*self.prefix, -a)))
 
+    def post(self, relation: Any) -> None:
+        relation.encode_sat(self)
+
     def when(self, literals: Sequence[Literal]) -> Context:
         extra: list[int] = []
         for lit in literals:
@@ -246,6 +249,9 @@ class NullContext(Context):
 
     def when(self, literals: Sequence[Literal]) -> Context:
         return self
+
+    def post(self, relation: Any) -> None:
+        pass
 
 
 class SatBackend(Backend):

@@ -1,0 +1,214 @@
+"""Spec: JSON round-trip, Python classes, pydantic, custom kinds from outside the package, the factor graph."""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from importlib import resources
+from typing import Literal as TLiteral
+
+import pytest
+
+import factorspec_cp as fs
+
+DESIGN_EXAMPLE = json.loads(resources.files("factorspec_cp").joinpath("examples/trip.json").read_text())
+
+
+def test_design_example_round_trips_exactly() -> None:
+    doc = copy.deepcopy(DESIGN_EXAMPLE)
+    spec = fs.Spec.from_json(doc)
+    assert spec.to_json() == DESIGN_EXAMPLE
+    assert fs.Spec.from_json(spec.to_json()).to_json() == DESIGN_EXAMPLE
+    assert doc == DESIGN_EXAMPLE  # the input is not mutated
+
+
+def test_every_kind_round_trips() -> None:
+    schema = {"type": "object", "required": ["a", "b", "c", "s"], "properties": {
+        "a": {"type": "integer", "minimum": 0, "maximum": 5},
+        "b": {"type": "integer", "minimum": 0, "maximum": 5},
+        "c": {"type": "boolean"},
+        "s": {"enum": ["x", "y", "z"]}}}
+    rels = [
+        {"kind": "all_different", "fields": ["/a", "/b"]},
+        {"kind": "table", "fields": ["/s", "/a"], "rows": [["x", 1], ["y", 2]], "mode": "forbid", "name": "t"},
+        {"kind": "linear", "terms": [[1, "/a"], [2, "/s", {"x": 0, "y": 1, "z": 2}]], "op": "<=", "rhs": 6},
+        {"kind": "compare", "left": "/a", "op": "<", "right": "/b"},
+        {"kind": "compare", "left": "/s", "op": "!=", "right": "z"},
+        {"kind": "implies", "if": [{"field": "/c", "op": "==", "value": True}],
+         "then": {"kind": "compare", "left": "/a", "op": ">=", "right": 1}},
+        {"kind": "implies", "if": {"field": "/s", "op": "in", "value": ["x", "y"]},
+         "then": {"kind": "any", "relations": [{"kind": "compare", "left": "/b", "op": "==", "right": 5},
+                                                {"kind": "compare", "left": "/a", "op": "==", "right": 0}]}},
+        {"kind": "element", "index": "/s", "map": {"x": 1, "y": 2, "z": 3}, "target": "/b"},
+        {"kind": "element", "index": "/s", "map": {"x": 1, "y": 2, "z": 3},
+         "target": {"terms": [[1, "/a"]], "constant": 1}},
+        {"kind": "no_overlap", "intervals": [["/a", "/b"], ["/b", "/a"]]},
+        {"kind": "count", "fields": ["/a", "/b"], "value": 2, "op": "<=", "rhs": 1},
+    ]
+    doc = dict(schema, **{"x-factorspec": {"relations": rels, "objective": {"maximize": [[1, "/a"]],
+                                                                            "require": "any"}}})
+    assert fs.Spec.from_json(doc).to_json() == doc
+
+
+def test_python_classes_build_the_same_spec_as_json() -> None:
+    schema = {k: v for k, v in DESIGN_EXAMPLE.items() if k != "x-factorspec"}
+    rels = [
+        fs.AllDifferent(["/plan/*/city"]),
+        fs.Table(["/plan/{i}/city", "/plan/{i+1}/city"],
+                 [["Riga", "Manchester"], ["Manchester", "Riga"], ["Manchester", "Split"]]),
+        fs.Linear([[1, "/plan/{i+1}/first_day"], [-1, "/plan/{i}/last_day"]], "==", 0),
+        fs.Implies({"field": "/plan/{i}/city", "op": "==", "value": "Split"},
+                   fs.Linear([[1, "/plan/{i}/last_day"], [-1, "/plan/{i}/first_day"]], "==", 5)),
+    ]
+    spec = fs.Spec(schema, rels, table_budget=100000)
+    assert spec.to_json() == DESIGN_EXAMPLE
+    from_json = fs.Spec.from_json(DESIGN_EXAMPLE)
+    assert [i.describe() for i in spec.instances] == [i.describe() for i in from_json.instances]
+
+
+def test_templates_instantiate_where_all_paths_exist() -> None:
+    spec = fs.Spec.from_json(DESIGN_EXAMPLE)
+    by_source: dict[int, list[int | None]] = {}
+    for inst in spec.instances:
+        by_source.setdefault(inst.source, []).append(inst.i)
+    assert by_source == {0: [None], 1: [0, 1], 2: [0, 1], 3: [0, 1, 2]}
+    assert spec.instances[0].scope == ["/plan/0/city", "/plan/1/city", "/plan/2/city"]
+    assert spec.instances[2].scope == ["/plan/1/city", "/plan/2/city"]
+
+
+def test_from_pydantic() -> None:
+    pydantic = pytest.importorskip("pydantic")
+    from typing import Annotated
+
+    class Stay(pydantic.BaseModel):
+        city: TLiteral["Riga", "Manchester", "Split"]
+        first_day: Annotated[int, pydantic.Field(ge=1, le=15)]
+        last_day: Annotated[int, pydantic.Field(ge=1, le=15)]
+
+    class Trip(pydantic.BaseModel):
+        plan: Annotated[list[Stay], pydantic.Field(min_length=3, max_length=3)]
+
+    spec = fs.Spec.from_pydantic(Trip, relations=[fs.AllDifferent("/plan/*/city"),
+                                                  fs.Compare("/plan/0/city", "==", "Split")])
+    assert list(spec.fields) == [f"/plan/{i}/{k}" for i in range(3) for k in ("city", "first_day", "last_day")]
+    s = spec.session()
+    assert s.admissible("/plan/1/city") == ["Riga", "Manchester"]
+    assert s.admissible("/plan/2/last_day") == list(range(1, 16))
+    # the record built from a solution validates against the pydantic model itself
+    record = next(spec.solutions())
+    Trip.model_validate(record)
+
+
+# A custom kind defined outside the package: "the sum of the fields is even".
+@fs.relation_kind("even_sum_test")
+@dataclass(frozen=True)
+class EvenSum(fs.Relation):
+    path_fields = ("fields",)
+    fields: list[str]
+    name: str | None = None
+
+    def check(self, values: dict) -> bool:
+        return sum(int(values[p]) for p in self.fields) % 2 == 0
+
+    def encode_cpsat(self, ctx) -> None:  # type: ignore[no-untyped-def]
+        half = ctx.model.NewIntVar(0, 1000, "half")
+        ctx.add(sum(ctx.number(p) for p in self.fields) == 2 * half)
+
+
+def _custom_doc() -> dict:
+    return {"type": "object", "required": ["a", "b"], "properties": {
+        "a": {"type": "integer", "minimum": 0, "maximum": 3}, "b": {"type": "integer", "minimum": 0, "maximum": 3}},
+        "x-factorspec": {"relations": [
+            {"kind": "even_sum_test", "fields": ["/a", "/b"]},
+            {"kind": "implies", "if": {"field": "/a", "op": ">=", "value": 2},
+             "then": {"kind": "even_sum_test", "fields": ["/a", "/b"], "name": "inner"}}]}}
+
+
+def test_custom_kind_from_outside_the_package() -> None:
+    doc = _custom_doc()
+    spec = fs.Spec.from_json(doc)
+    assert spec.to_json() == doc
+    assert not spec.has_sat_encoding
+    s = spec.session()
+    assert s.backend == "cpsat" and "SAT" in s.backend_reason
+    s.assign("/a", 1)
+    assert s.admissible("/b") == [1, 3]
+    assert spec.session("csp").admissible("/b") == [0, 1, 2, 3]
+    with pytest.raises(fs.BackendUnsupported):
+        spec.session("sat")
+    assert spec.check_record({"a": 1, "b": 2}) != [] and spec.check_record({"a": 1, "b": 3}) == []
+    assert len(list(spec.solutions())) == 8
+
+
+def test_custom_kind_with_sat_encoding_is_used_by_sat() -> None:
+    @fs.relation_kind("at_most_one_true_test")
+    @dataclass(frozen=True)
+    class AtMostOneTrue(fs.Relation):
+        path_fields = ("fields",)
+        fields: list[str]
+        name: str | None = None
+
+        def check(self, values: dict) -> bool:
+            return sum(bool(values[p]) for p in self.fields) <= 1
+
+        def encode_cpsat(self, ctx) -> None:  # type: ignore[no-untyped-def]
+            ctx.add(sum(ctx.number(p) for p in self.fields) <= 1)
+
+        def encode_sat(self, ctx) -> None:  # type: ignore[no-untyped-def]
+            ctx.add_count(self.fields, True, "<=", 1)
+
+    schema = {"type": "object", "required": ["x", "y", "z"],
+              "properties": {k: {"type": "boolean"} for k in "xyz"}}
+    spec = fs.Spec(schema, [AtMostOneTrue(["/x", "/y", "/z"])])
+    assert spec.session().backend == "sat"
+    for backend in ("sat", "cpsat", "csp"):
+        s = spec.session(backend)
+        s.assign("/x", True)
+        assert s.certain() == {"/x": True, "/y": False, "/z": False}, backend
+
+
+def test_unknown_kind_lists_registered_custom_kinds() -> None:
+    doc = {"type": "object", "required": ["a"], "properties": {"a": {"type": "boolean"}},
+           "x-factorspec": {"relations": [{"kind": "even_sums", "fields": ["/a"]}]}}
+    with pytest.raises(fs.UnknownRelationKind) as e:
+        fs.Spec.from_json(doc)
+    assert "even_sum_test" in str(e.value) and e.value.pointer == "#/x-factorspec/relations/0/kind"
+
+
+def test_objective_optimal_restricts_admissible() -> None:
+    doc = {"type": "object", "required": ["a", "b"], "properties": {
+        "a": {"type": "integer", "minimum": 0, "maximum": 4}, "b": {"type": "integer", "minimum": 0, "maximum": 4}},
+        "x-factorspec": {"relations": [{"kind": "linear", "terms": [[1, "/a"], [1, "/b"]], "op": "<=", "rhs": 5}],
+                         "objective": {"maximize": [[2, "/a"], [1, "/b"]], "require": "optimal"}}}
+    spec = fs.Spec.from_json(doc)
+    assert spec.optimum() == 9
+    for backend in ("sat", "cpsat", "csp"):
+        assert spec.session(backend).certain() == {"/a": 4, "/b": 1}
+    doc["x-factorspec"]["objective"]["require"] = "any"
+    assert fs.Spec.from_json(doc).session().admissible("/a") == [0, 1, 2, 3, 4]
+
+
+def test_graph_and_networkx_export() -> None:
+    spec = fs.Spec.from_json(DESIGN_EXAMPLE)
+    graph = spec.graph
+    assert len(graph.variables) == 9 and len(graph.factors) == 8
+    table = [f for f in graph.factors if f.kind == "table"]
+    assert [f.rows for f in table] == [3, 3] and all(f.space == 9 for f in table)
+    g = graph.to_networkx()
+    assert g.number_of_nodes() == 17
+    alldiff = next(n for n, d in g.nodes(data=True) if d.get("rel_kind") == "all_different")
+    assert set(g.neighbors(alldiff)) == {"/plan/0/city", "/plan/1/city", "/plan/2/city"}
+    assert "<table>" in graph._repr_html_() and "<table>" in spec._repr_html_()
+
+
+def test_session_repr_html_and_push_pop() -> None:
+    spec = fs.Spec.from_json(DESIGN_EXAMPLE)
+    s = spec.session()
+    before = {p: s.admissible(p) for p in spec.fields}
+    s.push()
+    s.assign("/plan/2/first_day", 4)
+    assert s.admissible("/plan/2/last_day") == [9]
+    s.pop()
+    assert {p: s.admissible(p) for p in spec.fields} == before
+    assert "certain" in s._repr_html_()
