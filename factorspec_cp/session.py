@@ -192,6 +192,13 @@ class Session:
             st.add(w)
         return [f.values[k] for k in sorted(known)]
 
+    def prepare(self) -> "Session":
+        """Compute every field's admissible set under the current assignment now (the root pass a server runs
+        while the prompt is prefilled), so that later field opens under this assignment are cache hits."""
+        for p in self.spec.fields:
+            self.admissible(p)
+        return self
+
     def certain(self) -> dict[str, Any]:
         """Every always-present field whose admissible set is exactly one value (assigned fields included)."""
         out = {}
@@ -312,8 +319,11 @@ def _encoding(spec: "Spec", instances: Sequence["Instance"], cache: bool) -> Any
 
 def make_backend(spec: "Spec", name: str, instances: Sequence["Instance"], cache: bool = True) -> Backend:
     if name == "sat":
-        from .encoders.sat import SatBackend
-        return SatBackend(spec, instances, _encoding(spec, instances, cache))
+        from .encoders.sat import EncodingTooLarge, SatBackend
+        try:
+            return SatBackend(spec, instances, _encoding(spec, instances, cache))
+        except EncodingTooLarge as e:
+            raise BackendUnsupported(f"the SAT encoding is too large: {e}", hint='use backend="cpsat"') from None
     if name == "cpsat":
         from .encoders.cpsat import CpsatBackend
         return CpsatBackend(spec, instances)

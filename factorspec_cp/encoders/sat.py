@@ -8,7 +8,9 @@ same way: a clause holds trivially when its condition does not.
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+import operator
+from array import array
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from pysat.card import CardEnc, EncType
 from pysat.solvers import Solver
@@ -26,6 +28,9 @@ MAX_DOMAIN = 512  # fields wider than this make the default choose CP-SAT
 CLAUSE_BUDGET = 3_000_000
 
 
+OPS = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
+
+
 class EncodingTooLarge(Exception):
     """The SAT encoding would exceed its budget; the default backend choice then takes CP-SAT."""
 
@@ -37,7 +42,8 @@ class SatEncoding:
         self.fields = spec.fields
         self.budget = clause_budget
         self.nv = 0
-        self.clauses: list[list[int]] = []
+        self.n_clauses = 0
+        self._flat = array("i")  # clauses, each closed by 0: one object, nothing for the garbage collector to walk
         self.lits: dict[str, list[int]] = {}
         self.selectors: dict[int, int] = {}
         for inst in instances:
@@ -63,9 +69,21 @@ class SatEncoding:
         return self.nv
 
     def add(self, clause: list[int]) -> None:
-        self.clauses.append(clause)
-        if len(self.clauses) > self.budget:
+        self._flat.extend(clause)
+        self._flat.append(0)
+        self.n_clauses += 1
+        if self.n_clauses > self.budget:
             raise EncodingTooLarge(f"more than {self.budget} clauses")
+
+    @property
+    def clauses(self) -> Iterator[list[int]]:
+        clause: list[int] = []
+        for x in self._flat:
+            if x:
+                clause.append(x)
+            else:
+                yield clause
+                clause = []
 
     def exactly_one(self, lits: list[int]) -> None:
         self.add(list(lits))
@@ -124,6 +142,22 @@ class SatContext(Context):
         if not paths:
             if not compare(0, op, rhs):
                 self.clause([])
+            return
+        if len(paths) == 2:  # support clauses: x1 = a -> x2 in {b : w1[a] + w2[b] op rhs}, both directions
+            holds = OPS[op]
+            for side in (0, 1):
+                p, q = paths[side], paths[1 - side]
+                ys, wq = self.enc.lits[q], w[q]
+                by_weight: dict[int, list[int]] = {}
+                for j, y in enumerate(ys):
+                    by_weight.setdefault(wq[j], []).append(y)
+                for k, x in enumerate(self.enc.lits[p]):
+                    if op == "==":
+                        support = by_weight.get(rhs - w[p][k], [])
+                    else:
+                        support = [y for v, yv in by_weight.items() if holds(w[p][k] + v, rhs) for y in yv]
+                    if len(support) < len(ys):
+                        self.clause([-x, *support])
             return
         size = 1
         for p in paths:
