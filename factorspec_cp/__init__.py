@@ -1,18 +1,45 @@
 """factorspec-cp: JSON records whose fields obey relations, compiled to CP/SAT and decoded exactly.
 
 >>> import factorspec_cp as fs
->>> spec = fs.Spec.from_json({"type": "object", "required": ["a"], "properties": {"a": {"enum": [1, 2, 3]}},
-...                           "x-factorspec": {"relations": [{"kind": "compare", "left": "/a", "op": ">", "right": 1}]}})
+>>> spec = fs.Spec.from_json({
+...     "type": "object", "required": ["a"], "properties": {"a": {"enum": [1, 2, 3]}},
+...     "x-factorspec": {"relations": [{"kind": "compare", "left": "/a", "op": ">", "right": 1}]}})
 >>> spec.session().admissible("/a")
 [2, 3]
 """
 
-from .errors import (BackendUnsupported, DeclarationError, FactorspecError, FreeFieldInRelation, InvalidAssignment,
-                     MalformedRelation, NotAField, TableBudgetExceeded, TypeMismatch, UnboundedDomain,
-                     UnknownPath, UnknownRelationKind, UnsatisfiableDeclaration, UnsupportedKeyword)
+from .errors import (
+                     BackendUnsupported,
+                     DeclarationError,
+                     FactorspecError,
+                     FreeFieldInRelation,
+                     InvalidAssignment,
+                     MalformedRelation,
+                     NotAField,
+                     TableBudgetExceeded,
+                     TypeMismatch,
+                     UnboundedDomain,
+                     UnknownPath,
+                     UnknownRelationKind,
+                     UnsatisfiableDeclaration,
+                     UnsupportedKeyword,
+)
 from .graph import FactorGraph
-from .relations import (AllDifferent, Any_, Compare, Count, Element, Implies, Linear, Literal, NoOverlap, Relation,
-                        Table, Term, relation_kind)
+from .relations import (
+                     AllDifferent,
+                     Any_,
+                     Compare,
+                     Count,
+                     Element,
+                     Implies,
+                     Linear,
+                     Literal,
+                     NoOverlap,
+                     Relation,
+                     Table,
+                     Term,
+                     relation_kind,
+)
 from .session import Explanation, Session
 from .spec import Objective, Spec
 

@@ -38,7 +38,7 @@ class Factor:
 class FactorGraph:
     """Variables and factors of ``spec`` (built from its instances)."""
 
-    def __init__(self, spec: "Spec"):
+    def __init__(self, spec: Spec):
         self.variables = {p: Variable(p, f.size, list(f.values[:1000])) for p, f in spec.fields.items()}
         self.factors = []
         for inst in spec.instances:

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Union
 
 from .errors import MalformedRelation, TypeMismatch, UnknownRelationKind
 from .schema import Field, jkey
@@ -27,7 +28,7 @@ OPS = ("==", "!=", "<", "<=", ">", ">=")
 LITERAL_OPS = OPS + ("in", "not in")
 PathMap = Callable[[str, bool], list[str]]  # (path, many) -> concrete paths
 
-_KINDS: dict[str, type["Relation"]] = {}
+_KINDS: dict[str, type[Relation]] = {}
 
 
 def compare(a: Any, op: str, b: Any) -> bool:
@@ -75,7 +76,7 @@ class Relation:
     name: str | None
 
     # -- paths ------------------------------------------------------------------------------------------------------
-    def map_paths(self, f: PathMap) -> "Relation":
+    def map_paths(self, f: PathMap) -> Relation:
         """A copy with every path replaced by ``f(path, many)`` (one path where ``many`` is False)."""
         changes: dict[str, Any] = {}
         for fname in self.path_fields:
@@ -100,13 +101,13 @@ class Relation:
     def validate(self, fields: Mapping[str, Field], where: str) -> None:
         """Type checks on a concrete instance; raise :class:`TypeMismatch` or :class:`MalformedRelation`."""
 
-    def encode(self, ctx: "Context") -> None:
+    def encode(self, ctx: Context) -> None:
         raise NotImplementedError
 
-    def encode_cpsat(self, ctx: "Context") -> None:
+    def encode_cpsat(self, ctx: Context) -> None:
         self.encode(ctx)
 
-    def encode_sat(self, ctx: "Context") -> None:
+    def encode_sat(self, ctx: Context) -> None:
         self.encode(ctx)
 
     # -- JSON -------------------------------------------------------------------------------------------------------
@@ -120,7 +121,7 @@ class Relation:
         return out
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any], where: str) -> "Relation":
+    def from_json(cls, doc: Mapping[str, Any], where: str) -> Relation:
         names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         unknown = set(doc) - names - {"kind"}
         if unknown:
@@ -202,7 +203,7 @@ class Term:
         return [self.coef, self.path] if self.map is None else [self.coef, self.path, dict(self.map)]
 
     @staticmethod
-    def parse(doc: Any, where: str) -> "Term":
+    def parse(doc: Any, where: str) -> Term:
         if isinstance(doc, Term):
             return doc
         if not isinstance(doc, (list, tuple)) or len(doc) not in (2, 3):
@@ -224,7 +225,7 @@ class Term:
     def value(self, v: Any) -> int:
         return self.coef * (self.map[map_key(v)] if self.map is not None else int(v))
 
-    def with_path(self, f: PathMap) -> list["Term"]:
+    def with_path(self, f: PathMap) -> list[Term]:
         return [Term(self.coef, p, self.map) for p in f(self.path, True)]
 
     def validate(self, fields: Mapping[str, Field], where: str) -> None:
@@ -279,7 +280,7 @@ class Literal:
         return {"field": self.field, "op": self.op, "value": self.value}
 
     @staticmethod
-    def parse(doc: Any, where: str) -> "Literal":
+    def parse(doc: Any, where: str) -> Literal:
         if isinstance(doc, Literal):
             return doc
         if not isinstance(doc, dict) or set(doc) != {"field", "op", "value"}:
@@ -353,7 +354,7 @@ class AllDifferent(Relation):
         object.__setattr__(self, "fields", _paths_list(self.fields, "fields"))
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any], where: str) -> "Relation":
+    def from_json(cls, doc: Mapping[str, Any], where: str) -> Relation:
         if "fields" in doc:
             _paths_list(doc["fields"], f"{where}/fields")
         return super().from_json(doc, where)
@@ -362,7 +363,7 @@ class AllDifferent(Relation):
         keys = [jkey(values[p]) for p in self.fields]  # type: ignore[union-attr]
         return len(set(keys)) == len(keys)
 
-    def encode(self, ctx: "Context") -> None:
+    def encode(self, ctx: Context) -> None:
         ctx.add_all_different(list(self.fields))
 
 
@@ -378,7 +379,7 @@ class Table(Relation):
     name: str | None = None
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any], where: str) -> "Relation":
+    def from_json(cls, doc: Mapping[str, Any], where: str) -> Relation:
         rel = super().from_json(doc, where)
         assert isinstance(rel, Table)
         _paths_list(rel.fields, f"{where}/fields")
@@ -409,7 +410,7 @@ class Table(Relation):
                     raise TypeMismatch(f"row value does not match the type of {p}", pointer=f"{where}/rows/{k}",
                                        found=v)
 
-    def encode(self, ctx: "Context") -> None:
+    def encode(self, ctx: Context) -> None:
         ctx.add_table(list(self.fields), [list(r) for r in self.rows], self.allow)
 
 
@@ -427,7 +428,7 @@ class Linear(Relation):
         object.__setattr__(self, "terms", [Term.parse(t, "terms") for t in self.terms])
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any], where: str) -> "Relation":
+    def from_json(cls, doc: Mapping[str, Any], where: str) -> Relation:
         if "terms" in doc:
             _parse_terms(doc["terms"], f"{where}/terms")
         if "op" in doc:
@@ -436,7 +437,7 @@ class Linear(Relation):
             _check_int(doc["rhs"], f"{where}/rhs")
         return super().from_json(doc, where)
 
-    def map_paths(self, f: PathMap) -> "Relation":
+    def map_paths(self, f: PathMap) -> Relation:
         return dataclasses.replace(self, terms=[u for t in self.terms for u in t.with_path(f)])
 
     def check(self, values: Mapping[str, Any]) -> bool:
@@ -446,7 +447,7 @@ class Linear(Relation):
         for k, t in enumerate(self.terms):
             t.validate(fields, f"{where}/terms/{k}")
 
-    def encode(self, ctx: "Context") -> None:
+    def encode(self, ctx: Context) -> None:
         ctx.add_linear(list(self.terms), self.op, self.rhs)
 
 
@@ -461,7 +462,7 @@ class Compare(Relation):
     name: str | None = None
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any], where: str) -> "Relation":
+    def from_json(cls, doc: Mapping[str, Any], where: str) -> Relation:
         rel = super().from_json(doc, where)
         assert isinstance(rel, Compare)
         _check_op(rel.op, f"{where}/op")
@@ -470,7 +471,7 @@ class Compare(Relation):
                                     found={"left": rel.left, "right": rel.right})
         return rel
 
-    def map_paths(self, f: PathMap) -> "Relation":
+    def map_paths(self, f: PathMap) -> Relation:
         left = f(self.left, False)[0] if is_path(self.left) else self.left
         right = f(self.right, False)[0] if is_path(self.right) else self.right
         return dataclasses.replace(self, left=left, right=right)
@@ -505,7 +506,7 @@ class Compare(Relation):
         return all(fields[x].numeric if is_path(x) else (isinstance(x, int) and not isinstance(x, bool))
                    for x in (self.left, self.right))
 
-    def encode(self, ctx: "Context") -> None:
+    def encode(self, ctx: Context) -> None:
         if self.op not in ("==", "!=") and self.numeric(ctx.fields):
             terms, rhs = [], 0
             for sign, x in ((1, self.left), (-1, self.right)):
@@ -544,7 +545,7 @@ class Implies(Relation):
             object.__setattr__(self, "then", relation_from_json(self.then, "then"))
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any], where: str) -> "Relation":
+    def from_json(cls, doc: Mapping[str, Any], where: str) -> Relation:
         unknown = set(doc) - {"kind", "if", "then", "name"}
         if unknown or "if" not in doc or "then" not in doc:
             raise MalformedRelation('implies takes "if" (a literal or list of literals) and "then" (a relation)',
@@ -566,7 +567,7 @@ class Implies(Relation):
             out["name"] = self.name
         return out
 
-    def map_paths(self, f: PathMap) -> "Relation":
+    def map_paths(self, f: PathMap) -> Relation:
         lits = [Literal(f(lit.field, False)[0], lit.op, lit.value) for lit in self.if_]
         return dataclasses.replace(self, if_=lits, then=self.then.map_paths(f))
 
@@ -580,7 +581,7 @@ class Implies(Relation):
             lit.validate(fields, f"{where}/if/{k}" if self.if_list else f"{where}/if")
         self.then.validate(fields, f"{where}/then")
 
-    def encode(self, ctx: "Context") -> None:
+    def encode(self, ctx: Context) -> None:
         ctx.when(list(self.if_)).post(self.then)
 
     @property
@@ -601,14 +602,14 @@ class Any_(Relation):
                                                for r in self.relations])
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any], where: str) -> "Relation":
+    def from_json(cls, doc: Mapping[str, Any], where: str) -> Relation:
         unknown = set(doc) - {"kind", "relations", "name"}
         rels = doc.get("relations")
         if unknown or not isinstance(rels, list) or not rels:
             raise MalformedRelation('any takes "relations": a non-empty list of relations', pointer=where, found=doc)
         return cls([relation_from_json(r, f"{where}/relations/{k}") for k, r in enumerate(rels)], doc.get("name"))
 
-    def map_paths(self, f: PathMap) -> "Relation":
+    def map_paths(self, f: PathMap) -> Relation:
         return dataclasses.replace(self, relations=[r.map_paths(f) for r in self.relations])
 
     def check(self, values: Mapping[str, Any]) -> bool:
@@ -618,7 +619,7 @@ class Any_(Relation):
         for k, r in enumerate(self.relations):
             r.validate(fields, f"{where}/relations/{k}")
 
-    def encode(self, ctx: "Context") -> None:
+    def encode(self, ctx: Context) -> None:
         ctx.add_any([lambda c, r=r: c.post(r) for r in self.relations])
 
 
@@ -633,7 +634,7 @@ class Element(Relation):
     name: str | None = None
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any], where: str) -> "Relation":
+    def from_json(cls, doc: Mapping[str, Any], where: str) -> Relation:
         rel = super().from_json(doc, where)
         assert isinstance(rel, Element)
         if not is_path(rel.index):
@@ -655,7 +656,7 @@ class Element(Relation):
             return [Term(1, self.target)], 0
         return [Term.parse(t, "target") for t in self.target["terms"]], int(self.target.get("constant", 0))
 
-    def map_paths(self, f: PathMap) -> "Relation":
+    def map_paths(self, f: PathMap) -> Relation:
         index = f(self.index, False)[0]
         if is_path(self.target):
             target: Any = f(self.target, False)[0]
@@ -675,14 +676,14 @@ class Element(Relation):
 
     def validate(self, fields: Mapping[str, Field], where: str) -> None:
         terms, _ = self.target_terms()
-        for k, t in enumerate(terms):
+        for t in terms:
             t.validate(fields, f"{where}/target")
         index = fields[self.index]
         if not any(map_key(v) in self.map for v in index.values):
             raise TypeMismatch(f"no key of map is a value of {self.index}", pointer=f"{where}/map",
                                found=list(self.map)[:5], hint=f"domain: {list(index.values[:10])}")
 
-    def encode(self, ctx: "Context") -> None:
+    def encode(self, ctx: Context) -> None:
         index = ctx.fields[self.index]
         present = [v for v in index.values if map_key(v) in self.map]
         if len(present) < index.size:
@@ -702,7 +703,7 @@ class NoOverlap(Relation):
     name: str | None = None
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any], where: str) -> "Relation":
+    def from_json(cls, doc: Mapping[str, Any], where: str) -> Relation:
         rel = super().from_json(doc, where)
         assert isinstance(rel, NoOverlap)
         iv = rel.intervals
@@ -712,7 +713,7 @@ class NoOverlap(Relation):
                                     pointer=f"{where}/intervals", found=iv)
         return rel
 
-    def map_paths(self, f: PathMap) -> "Relation":
+    def map_paths(self, f: PathMap) -> Relation:
         out = []
         for s, e in self.intervals:
             ss, es = f(s, True), f(e, True)
@@ -734,7 +735,7 @@ class NoOverlap(Relation):
             for p in (s, e):
                 Term(1, p).validate(fields, f"{where}/intervals")
 
-    def encode(self, ctx: "Context") -> None:
+    def encode(self, ctx: Context) -> None:
         for i, j in self.pairs():
             (si, ei), (sj, ej) = self.intervals[i], self.intervals[j]
             ctx.add_any([
@@ -756,7 +757,7 @@ class Count(Relation):
     name: str | None = None
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any], where: str) -> "Relation":
+    def from_json(cls, doc: Mapping[str, Any], where: str) -> Relation:
         rel = super().from_json(doc, where)
         assert isinstance(rel, Count)
         _paths_list(rel.fields, f"{where}/fields")
@@ -773,7 +774,7 @@ class Count(Relation):
             f = fields[self.fields[0]]
             _check_comparable(f, "==", self.value, f"{where}/value")
 
-    def encode(self, ctx: "Context") -> None:
+    def encode(self, ctx: Context) -> None:
         ctx.add_count(list(self.fields), self.value, self.op, self.rhs)
 
 

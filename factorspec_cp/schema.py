@@ -136,7 +136,7 @@ class Leaf:
 @dataclass(eq=False)
 class Property:
     name: str
-    node: "Node"
+    node: Node
     required: bool
 
 
@@ -149,10 +149,10 @@ class ObjectNode:
 @dataclass(eq=False)
 class ArrayNode:
     pointer: str
-    items: "Node"  # the item template, laid out at index "*"
+    items: Node  # the item template, laid out at index "*"
     min_items: int
     max_items: int | None
-    elements: list["Node"]  # one node per index below max_items (empty when unbounded)
+    elements: list[Node]  # one node per index below max_items (empty when unbounded)
 
 
 @dataclass(eq=False)
@@ -333,7 +333,8 @@ class _Compiler:
             hi = min(hi, _ceil(x) - 1) if hi is not None else _ceil(x) - 1
         step = schema.get("multipleOf", 1)
         if step != int(step) or step <= 0:
-            raise UnsupportedKeyword("multipleOf must be a positive integer for integers", pointer=f"{where}/multipleOf",
+            raise UnsupportedKeyword("multipleOf must be a positive integer for integers",
+                                     pointer=f"{where}/multipleOf",
                                      found=step)
         step = int(step)
         if lo is None or hi is None:

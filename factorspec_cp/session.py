@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import html
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .encoders.base import Backend
 from .errors import BackendUnsupported, InvalidAssignment
@@ -46,7 +47,7 @@ class Explanation:
     """A minimal set of relations (and assignments) that together admit no record."""
 
     conflict: bool
-    relations: list["Instance"]
+    relations: list[Instance]
     assignments: list[tuple[str, Any]]
     question: tuple[str, Any] | None = None
 
@@ -87,8 +88,8 @@ class Session:
     {'/x': 1, '/y': 2}
     """
 
-    def __init__(self, spec: "Spec", backend: str | None = None, *, time_limit: float | None = None,
-                 _check: bool = True, _relations: Sequence["Instance"] | None = None):
+    def __init__(self, spec: Spec, backend: str | None = None, *, time_limit: float | None = None,
+                 _check: bool = True, _relations: Sequence[Instance] | None = None):
         self.spec = spec
         self.time_limit = time_limit
         self.stats = Stats()
@@ -192,7 +193,7 @@ class Session:
             st.add(w)
         return [f.values[k] for k in sorted(known)]
 
-    def prepare(self) -> "Session":
+    def prepare(self) -> Session:
         """Compute every field's admissible set under the current assignment now (the root pass a server runs
         while the prompt is prefilled), so that later field opens under this assignment are cache hits."""
         for p in self.spec.fields:
@@ -282,7 +283,7 @@ class Session:
             self._explainer.close()
 
 
-def choose_backend(spec: "Spec", backend: str | None, instances: Sequence["Instance"]) -> tuple[str, str]:
+def choose_backend(spec: Spec, backend: str | None, instances: Sequence[Instance]) -> tuple[str, str]:
     """The backend to use and why: an explicit choice, else SAT where it encodes within budget, else CP-SAT."""
     if backend is not None:
         if backend not in BACKENDS:
@@ -300,7 +301,7 @@ def choose_backend(spec: "Spec", backend: str | None, instances: Sequence["Insta
     return "sat", "every relation has a SAT encoding within budget"
 
 
-def _encoding(spec: "Spec", instances: Sequence["Instance"], cache: bool) -> Any:
+def _encoding(spec: Spec, instances: Sequence[Instance], cache: bool) -> Any:
     from .encoders.sat import EncodingTooLarge, SatEncoding
     if cache and instances is spec.active_instances or cache and list(instances) == spec.active_instances:
         hit = spec._encoded.get("sat")
@@ -317,7 +318,7 @@ def _encoding(spec: "Spec", instances: Sequence["Instance"], cache: bool) -> Any
     return SatEncoding(spec, instances)
 
 
-def make_backend(spec: "Spec", name: str, instances: Sequence["Instance"], cache: bool = True) -> Backend:
+def make_backend(spec: Spec, name: str, instances: Sequence[Instance], cache: bool = True) -> Backend:
     if name == "sat":
         from .encoders.sat import EncodingTooLarge, SatBackend
         try:

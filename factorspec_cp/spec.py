@@ -14,12 +14,21 @@ from __future__ import annotations
 import copy
 import html
 import re
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from .errors import (DeclarationError, FreeFieldInRelation, MalformedRelation, NotAField, TableBudgetExceeded,
-                     UnboundedDomain, UnknownPath, UnsatisfiableDeclaration)
+from .errors import (
+    DeclarationError,
+    FreeFieldInRelation,
+    MalformedRelation,
+    NotAField,
+    TableBudgetExceeded,
+    UnboundedDomain,
+    UnknownPath,
+    UnsatisfiableDeclaration,
+)
 from .relations import Any_, Implies, Linear, Relation, Table, Term, _parse_terms, relation_from_json, relation_has_sat
 from .schema import ArrayNode, Field, Leaf, Node, ObjectNode, UnionNode, compile_schema, escape, split_pointer
 
@@ -44,7 +53,7 @@ class Objective:
         return {self.sense: [t.to_json() for t in self.terms], "require": self.require}
 
     @staticmethod
-    def from_json(doc: Any, where: str) -> "Objective":
+    def from_json(doc: Any, where: str) -> Objective:
         if not isinstance(doc, dict):
             raise MalformedRelation("objective must be an object", pointer=where, found=doc)
         senses = [k for k in ("minimize", "maximize") if k in doc]
@@ -127,7 +136,7 @@ class Spec:
 
     # -- construction ----------------------------------------------------------------------------------------------
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> "Spec":
+    def from_json(cls, doc: Mapping[str, Any]) -> Spec:
         """Build from the JSON form: a JSON Schema whose root may carry ``x-factorspec``."""
         if not isinstance(doc, Mapping):
             raise DeclarationError("a declaration must be a JSON object", pointer="#", found=doc)
@@ -158,7 +167,7 @@ class Spec:
 
     @classmethod
     def from_pydantic(cls, model: Any, relations: Sequence[Relation] = (), *, objective: Objective | None = None,
-                      table_budget: int | None = None) -> "Spec":
+                      table_budget: int | None = None) -> Spec:
         """Build from a pydantic model class (its ``model_json_schema()``) and relations."""
         schema = model.model_json_schema()
         return cls(schema, relations, objective=objective, table_budget=table_budget)
@@ -286,7 +295,7 @@ class Spec:
         return [p for p in self.fields if p in used]
 
     @property
-    def graph(self) -> "FactorGraph":
+    def graph(self) -> FactorGraph:
         from .graph import FactorGraph
         return FactorGraph(self)
 
@@ -319,7 +328,7 @@ class Spec:
         return out
 
     # -- solving ---------------------------------------------------------------------------------------------------
-    def session(self, backend: str | None = None, *, time_limit: float | None = None) -> "Session":
+    def session(self, backend: str | None = None, *, time_limit: float | None = None) -> Session:
         """A new incremental session. ``backend``: "sat", "cpsat", "csp", or None for the default choice."""
         from .session import Session
         return Session(self, backend=backend, time_limit=time_limit)
@@ -331,9 +340,12 @@ class Spec:
                                         explanation=s.explain())
 
     def solutions(self, limit: int | None = None) -> Iterator[dict[str, Any]]:
-        """Records satisfying the declaration (CP-SAT enumeration; free fields are left out of the records)."""
-        from .encoders.cpsat import enumerate_solutions
-        for values in enumerate_solutions(self, limit):
+        """Records satisfying the declaration, each once (SAT with blocking clauses where the declaration has a SAT
+        encoding, else CP-SAT; free fields are left out of the records)."""
+        from .encoders import cpsat, sat
+        from .session import choose_backend
+        use_sat = choose_backend(self, None, self.active_instances)[0] == "sat"
+        for values in (sat if use_sat else cpsat).enumerate_solutions(self, limit):
             yield self.record(values)
 
     def record(self, values: Mapping[str, Any]) -> dict[str, Any]:

@@ -213,8 +213,9 @@ def test_declaration_doc_shape(times: str) -> None:
 
 
 # ---- with the core: compile, admit the gold field by field, solve ----
-# Clock-time declarations carry one 900-entry map per time term, so compiling all 100 takes ~20 s: the fast suite
-# compiles every minutes declaration and a spread of clock ones; the full sweeps are marked slow.
+# Clock-time declarations carry one 900-entry map per time term, so compiling all 100 takes ~20 s, and a cpsat
+# session needs about one solve per admissible time: the fast suite compiles every minutes declaration and works
+# on a spread of sizes; the full sweeps over all 100 are marked slow.
 
 
 def _spread(k: int) -> list[dict[str, Any]]:
@@ -258,8 +259,10 @@ def _solve_matches_gold(ex: dict[str, Any], times: str) -> None:
 
 @needs_core
 def test_declarations_compile_and_admit_gold() -> None:
-    assert _failures(_compiles_and_admits_gold, "minutes", EXAMPLES) == []
-    assert _failures(_compiles_and_admits_gold, "clock", _spread(10)) == []
+    for ex in EXAMPLES:
+        meeting.declaration(meeting.problem(ex), times="minutes")
+    for times in TIMES:
+        assert _failures(_compiles_and_admits_gold, times, _spread(10)) == []
 
 
 @needs_core
@@ -275,8 +278,9 @@ def test_solution_is_valid_and_optimal_sample(times: str) -> None:
 
 @needs_core
 @pytest.mark.slow
-def test_clock_declarations_compile_and_admit_gold_all() -> None:
-    assert _failures(_compiles_and_admits_gold, "clock", EXAMPLES) == []
+@pytest.mark.parametrize("times", TIMES)
+def test_declarations_compile_and_admit_gold_all(times: str) -> None:
+    assert _failures(_compiles_and_admits_gold, times, EXAMPLES) == []
 
 
 @needs_core

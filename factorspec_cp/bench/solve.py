@@ -13,8 +13,9 @@ import json
 import platform
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from ..errors import BackendUnsupported
 from ..spec import Spec, _get

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..relations import Literal, Term, compare
 from ..schema import Field
@@ -34,10 +35,10 @@ class Context(ABC):
     def add_count(self, paths: Sequence[str], value: Any, op: str, rhs: int) -> None: ...
 
     @abstractmethod
-    def add_any(self, branches: Sequence[Callable[["Context"], None]]) -> None: ...
+    def add_any(self, branches: Sequence[Callable[[Context], None]]) -> None: ...
 
     @abstractmethod
-    def when(self, literals: Sequence[Literal]) -> "Context": ...
+    def when(self, literals: Sequence[Literal]) -> Context: ...
 
     @abstractmethod
     def post(self, relation: Any) -> None:
@@ -79,7 +80,7 @@ class Backend(ABC):
 
     name: str = ""
 
-    def __init__(self, spec: "Spec"):
+    def __init__(self, spec: Spec):
         self.spec = spec
         self.timed_out = False
         self.solves = 0

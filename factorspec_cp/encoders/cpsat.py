@@ -6,7 +6,8 @@ constraints. Sessions probe by editing variable domains in the one model (cheap)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ortools.sat.python import cp_model
 
@@ -24,7 +25,7 @@ _SENSE = {"==": "__eq__", "!=": "__ne__", "<": "__lt__", "<=": "__le__", ">": "_
 class CpsatModel:
     """A CP-SAT model of some fields and instances. ``selectors`` gives each instance an enforcement literal."""
 
-    def __init__(self, spec: "Spec", instances: Sequence["Instance"], *, fields: Sequence[str] | None = None,
+    def __init__(self, spec: Spec, instances: Sequence[Instance], *, fields: Sequence[str] | None = None,
                  selectors: bool = False):
         self.spec = spec
         self.fields = spec.fields
@@ -229,7 +230,7 @@ class CpsatBackend(Backend):
 
     name = "cpsat"
 
-    def __init__(self, spec: "Spec", instances: Sequence["Instance"], *, selectors: bool = False):
+    def __init__(self, spec: Spec, instances: Sequence[Instance], *, selectors: bool = False):
         super().__init__(spec)
         self.cm = CpsatModel(spec, instances, selectors=selectors)
         self.proto = self.cm.model.Proto()
@@ -284,7 +285,7 @@ class CpsatBackend(Backend):
             self._write(i, self.base[i])
 
 
-def optimize(spec: "Spec", terms: Sequence[Term], sense: str) -> int | None:
+def optimize(spec: Spec, terms: Sequence[Term], sense: str) -> int | None:
     """The optimal value of ``sum(terms)`` over records satisfying the relations; None when there are none."""
     cm = CpsatModel(spec, spec.instances, fields=list(dict.fromkeys(
         [p for i in spec.instances for p in i.scope] + [t.path for t in terms])))
@@ -300,7 +301,7 @@ def optimize(spec: "Spec", terms: Sequence[Term], sense: str) -> int | None:
     raise RuntimeError(f"CP-SAT could not optimize: {solver.StatusName(status)}")
 
 
-def enumerate_solutions(spec: "Spec", limit: int | None = None) -> Iterator[dict[str, Any]]:
+def enumerate_solutions(spec: Spec, limit: int | None = None) -> Iterator[dict[str, Any]]:
     """Every assignment of the spec's always-present fields that satisfies it (path -> JSON value), lazily.
 
     Each solution found is blocked before the next solve, so auxiliary variables never repeat a record."""

@@ -6,7 +6,8 @@ encoding code with the SAT and CP-SAT backends.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import constraint
 
@@ -19,12 +20,12 @@ if TYPE_CHECKING:
 class CspBackend(Backend):
     name = "csp"
 
-    def __init__(self, spec: "Spec", instances: Sequence["Instance"]):
+    def __init__(self, spec: Spec, instances: Sequence[Instance]):
         super().__init__(spec)
         self.instances = list(instances)
         self.scope = [p for p in spec.fields if p in {q for i in self.instances for q in i.scope}]
 
-    def _constraint(self, inst: "Instance") -> Any:
+    def _constraint(self, inst: Instance) -> Any:
         fields = [self.spec.fields[p] for p in inst.scope]
         rel = inst.relation
         scope = inst.scope

@@ -10,7 +10,8 @@ from __future__ import annotations
 import itertools
 import operator
 from array import array
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pysat.card import CardEnc, EncType
 from pysat.solvers import Solver
@@ -38,7 +39,7 @@ class EncodingTooLarge(Exception):
 class SatEncoding:
     """CNF for a spec's instances, built once and shared by every SAT session of the spec."""
 
-    def __init__(self, spec: "Spec", instances: Sequence["Instance"], *, clause_budget: int = CLAUSE_BUDGET):
+    def __init__(self, spec: Spec, instances: Sequence[Instance], *, clause_budget: int = CLAUSE_BUDGET):
         self.fields = spec.fields
         self.budget = clause_budget
         self.nv = 0
@@ -293,7 +294,7 @@ class SatBackend(Backend):
 
     name = "sat"
 
-    def __init__(self, spec: "Spec", instances: Sequence["Instance"], encoding: SatEncoding | None = None):
+    def __init__(self, spec: Spec, instances: Sequence[Instance], encoding: SatEncoding | None = None):
         super().__init__(spec)
         self.enc = encoding or SatEncoding(spec, instances)
         self.instances = list(instances)
@@ -329,3 +330,30 @@ class SatBackend(Backend):
 
     def close(self) -> None:
         self.solver.delete()
+
+
+def enumerate_solutions(spec: Spec, limit: int | None = None) -> Iterator[dict[str, Any]]:
+    """Every assignment of the spec's always-present fields that satisfies it, by SAT with blocking clauses over
+    the fields the relations read; fields no relation reads range over their whole domain."""
+    from ..session import _encoding
+    instances = spec.active_instances
+    enc = _encoding(spec, instances, cache=True)
+    free = [p for p in spec.fields if p not in enc.lits]
+    count = 0
+    with Solver(name="cadical153", bootstrap_with=enc.clauses) as solver:
+        sels = [enc.selectors[i.number] for i in instances]
+        while limit is None or count < limit:
+            if not solver.solve(assumptions=sels):
+                return
+            true = {x for x in solver.get_model() or [] if x > 0}
+            chosen = {p: next(k for k, x in enumerate(xs) if x in true) for p, xs in enc.lits.items()}
+            for rest in itertools.product(*(range(spec.fields[p].size) for p in free)):
+                values = {p: spec.fields[p].values[k] for p, k in chosen.items()}
+                values.update({p: spec.fields[p].values[k] for p, k in zip(free, rest)})
+                yield {p: values[p] for p in spec.fields}
+                count += 1
+                if limit is not None and count >= limit:
+                    return
+            if not chosen:
+                return
+            solver.add_clause([-enc.lits[p][k] for p, k in chosen.items()])
