@@ -17,7 +17,8 @@ from .encoders.base import Backend
 from .errors import BackendUnsupported, InvalidAssignment
 
 if TYPE_CHECKING:
-    from .spec import Instance, Spec
+    from .spec import Spec
+from .spec import Instance
 
 BACKENDS = ("sat", "cpsat", "csp")
 
@@ -102,6 +103,17 @@ class Session:
         self._stack: list[dict[str, Any]] = []
         self._states: dict[tuple[tuple[str, int], ...], _State] = {}
         self._scope = set(p for i in instances for p in i.scope)
+        self._touching: dict[str, list[Instance]] = {}
+        for inst in instances:
+            for p in inst.scope:
+                self._touching.setdefault(p, []).append(inst)
+        # siblings: fields of the same object with the same domain (start/end of one interval)
+        self._siblings: dict[str, list[str]] = {}
+        scoped = [p for p in spec.fields if p in self._scope]
+        for p in scoped:
+            parent = p.rsplit("/", 1)[0]
+            self._siblings[p] = [q for q in scoped if q != p and q.rsplit("/", 1)[0] == parent
+                                 and spec.fields[q].values == spec.fields[p].values and spec.fields[p].size > 2]
         if _check and not self._state().sat:
             raise spec.unsatisfiable()
 
@@ -191,7 +203,38 @@ class Session:
                     refuted.update(k for k in range(f.size) if k not in known)
                 break
             st.add(w)
+            self._repair(path, w, known, refuted)
         return [f.values[k] for k in sorted(known)]
+
+    def _repair(self, path: str, witness: dict[str, int], known: set[int], refuted: set[int]) -> None:
+        """Witnesses for free: step ``path`` outward from its value in a solution, alone or together with its
+        siblings of the same domain shifted by the same step (an interval moved whole), while every relation that
+        reads a changed field still holds (checked in plain Python; the other relations see unchanged values, so each
+        record found is a full valid record). Exactness does not depend on this: the solver decides the rest."""
+        if path not in self._touching:
+            return
+        fields = self.spec.fields
+        f = fields[path]
+        base = {p: fields[p].values[k] for p, k in witness.items()}
+        free_siblings = [q for q in self._siblings.get(path, []) if q not in self._assigned]
+        moves = [[path], [path, *free_siblings]] if free_siblings else [[path]]
+        start = witness[path]
+        for step in (1, -1):
+            for group in moves:
+                checks = list({id(i): i for p in group for i in self._touching.get(p, [])}.values())
+                k = start + step
+                while 0 <= k < f.size and k not in refuted:
+                    delta = k - start
+                    shifted = [witness[p] + delta for p in group]
+                    if any(not 0 <= j < fields[p].size for p, j in zip(group, shifted)):
+                        break
+                    values = dict(base)
+                    for p, j in zip(group, shifted):
+                        values[p] = fields[p].values[j]
+                    if not all(inst.relation.check(values) for inst in checks):
+                        break
+                    known.add(k)
+                    k += step
 
     def prepare(self) -> Session:
         """Compute every field's admissible set under the current assignment now (the root pass a server runs

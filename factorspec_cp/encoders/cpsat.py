@@ -268,6 +268,7 @@ class CpsatBackend(Backend):
             self._write(i, [1, 1] if enabled is None or n in enabled else [0, 0])
             touched.append(i)
         solver = _solver(time_limit)
+        solver.parameters.cp_model_presolve = False  # a probe changes a few domains: presolving again costs 2x
         try:
             status = solver.Solve(self.cm.model)
         finally:
