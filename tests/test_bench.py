@@ -1,0 +1,24 @@
+"""`factorspec bench solve` runs end to end on a tiny sample and writes readable results (no timing asserted)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from factorspec_cp.cli import main
+
+
+def test_bench_solve_tiny(tmp_path: Path) -> None:
+    rc = main(["bench", "solve", "--per-size", "1", "--calendar", "2", "--meeting", "1", "--out", str(tmp_path)])
+    assert rc == 0
+    doc = json.loads((tmp_path / "solve.json").read_text())
+    rows = {(r["workload"], r["backend"]): r for r in doc["results"]}
+    assert {("trip-3", "sat"), ("trip-10", "cpsat"), ("calendar", "csp"), ("meeting", "cpsat")} <= set(rows)
+    assert all(r["gold_not_admitted"] == 0 for r in doc["results"])
+    assert rows[("trip-3", "default")]["default_choice"] == {"sat": 1}
+    assert rows[("meeting", "default")]["default_choice"] == {"cpsat": 1}
+    assert any(s["workload"] == "meeting" and s["backend"] == "sat" for s in doc["skipped"])
+    for r in doc["results"]:
+        assert r["field_open_ms"]["n"] > 0 and 0 <= r["certain_share"] <= 1
+    md = (tmp_path / "solve.md").read_text()
+    assert "| trip-3 | sat |" in md and "skipped" in md
