@@ -8,7 +8,8 @@ from the prompt text. A record has one entry per person, in the order ``constrai
 
 Times are clock strings such as ``"2:45PM"`` (an enum over every minute from the start time to 11:59PM) that
 take part in arithmetic through mapped linear terms; ``times="minutes"`` declares them as integers of minutes
-since midnight instead (a declaration about 100x smaller, for comparison). A person who is not met gets the
+since midnight instead: the same model, but its JSON is 44 kB instead of 3.6 MB for 10 people (every mapped term
+carries its 900-entry map) and it compiles about 10x faster. A person who is not met gets the
 canonical start and end ``"9:00AM"`` (the start time), so every plan has exactly one record.
 
 Travel times are shortest paths over ``dist_matrix``: the official evaluator lets a plan chain travel steps
@@ -146,6 +147,8 @@ def declaration_doc(example: Mapping[str, Any], *, times: Times = "clock") -> di
     def met(i: int, value: bool = True) -> dict[str, Any]:
         return {"field": f"/meetings/{i}/meet", "op": "==", "value": value}
 
+    # One `items` schema serves every entry (the core has no prefixItems), so a one-row table pins entry i's
+    # person and location; the solver sees them as certain fields.
     relations: list[dict[str, Any]] = []
     for i, p in enumerate(people):
         window = f"{to_clock(p.earliest)}-{to_clock(p.latest)}"
@@ -218,13 +221,12 @@ def gold_record(example: Mapping[str, Any], *, times: Times = "clock") -> dict[s
         elif not any(pattern.fullmatch(sentence.strip()) for pattern in _OTHER):
             raise ValueError(f"unknown gold sentence: {sentence!r}")
     idle = to_clock(prob.start_time)
+    as_time = to_minutes if times == "minutes" else str
     rows = []
     for p in prob.people:
         start, end = meets.get(p.name, (idle, idle))
-        if times == "minutes":
-            start, end = to_minutes(start), to_minutes(end)  # type: ignore[assignment]
         rows.append({"person": p.name, "location": p.location, "meet": p.name in meets,
-                     "start": start, "end": end})
+                     "start": as_time(start), "end": as_time(end)})
     return {"meetings": rows}
 
 
