@@ -1,0 +1,620 @@
+"""Byte automata for one JSON value: canonical integers, JSON numbers, and free strings with a pattern.
+
+Each slot automaton walks the bytes of one value and keeps only prefixes that some valid value extends, so a
+walk never reaches a dead end. The protocol (shared with the field slots of :mod:`.layout`): ``start`` is the
+empty sub-state, ``step(sub, byte)`` the next sub-state or ``None``, ``value(sub)`` the value once complete (else
+:data:`NOTHING`), ``extendable(sub)`` whether more bytes may follow, ``next_bytes(sub)`` the bytes that extend,
+and ``typed(sub)`` the bytes so far. Sub-states are hashable.
+
+>>> s = IntegerSlot(1, 15)
+>>> sorted(chr(b) for b in s.next_bytes(b"1"))
+['0', '1', '2', '3', '4', '5']
+>>> s.value(b"1"), s.extendable(b"1"), s.extendable(b"15")
+(1, True, False)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterator
+from fractions import Fraction
+from functools import lru_cache
+from typing import Any, Union
+
+from ..errors import DeclarationError, UnsupportedKeyword
+
+#: ``value(sub)`` of an incomplete value.
+NOTHING: Any = type("Nothing", (), {"__repr__": lambda self: "NOTHING"})()
+
+_DIGITS = b"0123456789"
+
+
+# ------------------------------------------------------------------------------------------------------- integers
+class IntegerSlot:
+    """Canonical JSON integers (``-?(0|[1-9][0-9]*)``) in ``[lo, hi]`` (``None``: unbounded) congruent to
+    ``base`` modulo ``step``. Sub-state: the bytes typed."""
+
+    start = b""
+
+    def __init__(self, lo: int | None, hi: int | None, step: int = 1, base: int = 0):
+        self.lo, self.hi, self.step_, self.base = lo, hi, step, base % step
+        digits = [len(str(abs(x))) for x in (lo, hi) if x is not None]
+        self._k = max(digits, default=1) + len(str(step)) + 2
+        self._ok: dict[bytes, bool] = {}
+
+    def empty(self) -> bool:
+        return self._first(self.lo, self.hi) is None
+
+    def _first(self, a: int | None, b: int | None) -> int | None:
+        """The smallest domain value in ``[a, b]`` (``None``: unbounded), or ``None``."""
+        if self.lo is not None:
+            a = self.lo if a is None else max(a, self.lo)
+        if self.hi is not None:
+            b = self.hi if b is None else min(b, self.hi)
+        if a is None:
+            if b is None:
+                return self.base
+            return b - ((b - self.base) % self.step_)  # a value exists: report the largest
+        x = a + ((self.base - a) % self.step_)
+        return x if b is None or x <= b else None
+
+    def _intervals(self, t: bytes) -> Iterator[tuple[int | None, int | None]]:
+        """Intervals whose union is the set of integers whose canonical rendering starts with ``t``."""
+        s = t.decode("ascii", "replace")
+        neg = s.startswith("-")
+        digits = s[1:] if neg else s
+        if digits == "":
+            yield (None, -1) if neg else (None, None)
+            return
+        if not digits.isascii() or not digits.isdigit():
+            return
+        if digits[0] == "0":
+            if digits == "0" and not neg:
+                yield (0, 0)
+            return
+        d = int(digits)
+        for k in range(self._k + 1):
+            a, b = d * 10**k, (d + 1) * 10**k - 1
+            yield (-b, -a) if neg else (a, b)
+
+    def prefix_ok(self, t: bytes) -> bool:
+        ok = self._ok.get(t)
+        if ok is None:
+            ok = any(self._first(a, b) is not None for a, b in self._intervals(t))
+            if len(self._ok) > 100_000:
+                self._ok.clear()
+            self._ok[t] = ok
+        return ok
+
+    def step(self, sub: bytes, byte: int) -> bytes | None:
+        t = sub + bytes((byte,))
+        return t if self.prefix_ok(t) else None
+
+    def value(self, sub: bytes) -> Any:
+        s = sub.decode("ascii", "replace")
+        if not re.fullmatch(r"-?(?:0|[1-9][0-9]*)", s) or s == "-0":
+            return NOTHING
+        x = int(s)
+        if (self.lo is not None and x < self.lo) or (self.hi is not None and x > self.hi):
+            return NOTHING
+        return x if (x - self.base) % self.step_ == 0 else NOTHING
+
+    def next_bytes(self, sub: bytes) -> frozenset[int]:
+        return frozenset(b for b in b"-" + _DIGITS if self.prefix_ok(sub + bytes((b,))))
+
+    def extendable(self, sub: bytes) -> bool:
+        return any(self.prefix_ok(sub + bytes((b,))) for b in _DIGITS)
+
+    def typed(self, sub: bytes) -> bytes:
+        return sub
+
+    def values(self, sub: bytes) -> Iterator[int]:
+        """The domain values whose rendering starts with ``sub`` (unbounded domains: do not exhaust)."""
+        seen: set[int] = set()
+        for a, b in self._intervals(sub):
+            x = self._first(a, b)
+            while x is not None and (b is None or x <= b) and (self.hi is None or x <= self.hi):
+                if x not in seen:
+                    seen.add(x)
+                    yield x
+                x += self.step_
+
+
+# -------------------------------------------------------------------------------------------------------- numbers
+_NUMBER = re.compile(r"(-?)(?:(0|[1-9][0-9]*)(?:(\.)([0-9]*))?(?:([eE])([+-]?)([0-9]*))?)?")
+
+_Bound = tuple[Union[Fraction, None], bool]  # value (None: infinite) and whether it is included
+#: Free numbers are 0 or of magnitude in [TINY, HUGE]: normal doubles, so ``json.loads`` neither flushes a value
+#: to 0 nor overflows it to infinity, and the exact bounds below agree with what jsonschema sees.
+TINY, HUGE = Fraction(1, 10**300), Fraction(10**300)
+_ZERO: _Bound = (Fraction(0), True)
+_NONE: _Bound = (None, False)
+
+
+class _Exponents:
+    """A set of exponents: every integer, or those whose rendering starts with typed digits (with a sign)."""
+
+    def __init__(self, sign: int = 0, digits: str = ""):
+        self.sign, self.digits = sign, digits.lstrip("0")  # sign 0: every integer
+
+
+def _mag(x: Fraction) -> int:
+    """floor(log10(x)) for x > 0, exactly (in integers)."""
+    a, b = x.numerator, x.denominator
+
+    def at_least(n: int) -> bool:  # x >= 10**n
+        return a * 10**-n >= b if n < 0 else a >= b * 10**n
+
+    n = len(str(a)) - len(str(b))
+    while not at_least(n):
+        n -= 1
+    while at_least(n + 1):
+        n += 1
+    return n
+
+
+def _overlap(a: _Bound, b: _Bound, c: _Bound, d: _Bound) -> bool:
+    """Whether the intervals (a, b) and (c, d) meet; each end a (value, included) pair, value None = infinite."""
+    lo = _higher(a, c)
+    hi = _lower(b, d)
+    if lo[0] is None or hi[0] is None:
+        return True
+    return lo[0] < hi[0] or (lo[0] == hi[0] and lo[1] and hi[1])
+
+
+def _higher(a: _Bound, c: _Bound) -> _Bound:
+    """The tighter of two lower ends."""
+    if a[0] is None or (c[0] is not None and c[0] > a[0]):
+        return c
+    if c[0] is None or a[0] > c[0]:
+        return a
+    return (a[0], a[1] and c[1])
+
+
+def _lower(b: _Bound, d: _Bound) -> _Bound:
+    """The tighter of two upper ends."""
+    if b[0] is None or (d[0] is not None and d[0] < b[0]):
+        return d
+    if d[0] is None or b[0] < d[0]:
+        return b
+    return (b[0], b[1] and d[1])
+
+
+def _cmp_scaled(c: Fraction, e: int, p: Fraction) -> int:
+    """The sign of ``c * 10**e - p``, in integers."""
+    x, y = c.numerator * p.denominator, p.numerator * c.denominator
+    if e >= 0:
+        x *= 10**e
+    else:
+        y *= 10**-e
+    return (x > y) - (x < y)
+
+
+def _first_e(c: Fraction, p: Fraction, strict: bool) -> int:
+    """The smallest ``e`` with ``c * 10**e > p`` (strict) or ``>= p``; ``c, p > 0``."""
+    e = _mag(p / c) - 1
+    while _cmp_scaled(c, e, p) < (1 if strict else 0):
+        e += 1
+    return e
+
+
+def _last_e(c: Fraction, q: Fraction, strict: bool) -> int:
+    """The largest ``e`` with ``c * 10**e < q`` (strict) or ``<= q``; ``c, q > 0``."""
+    e = _mag(q / c) + 1
+    while _cmp_scaled(c, e, q) > (-1 if strict else 0):
+        e -= 1
+    return e
+
+
+def _digit_prefix_between(digits: str, a: int, b: int) -> bool:
+    """Whether some integer in ``[a, b]`` (``0 <= a``) is written with a decimal rendering starting ``digits``."""
+    if a > b:
+        return False
+    if not digits:
+        return True
+    d = int(digits)
+    for k in range(len(str(b)) + 1):
+        if max(a, d * 10**k) <= min(b, (d + 1) * 10**k - 1):
+            return True
+    return False
+
+
+class NumberSlot:
+    """JSON numbers (the grammar of RFC 8259) within optional bounds. Sub-state: the bytes typed.
+
+    A prefix is kept iff some completion lies within the bounds (exact, in rationals) and is 0 or of magnitude in
+    ``[TINY, HUGE]``. Numbers are not canonical: ``1.50`` and ``15e-1`` are both accepted.
+    """
+
+    start = b""
+
+    def __init__(self, schema: dict[str, Any]):
+        self.schema = schema
+        lo: _Bound = _NONE
+        hi: _Bound = _NONE
+        if "minimum" in schema:
+            lo = (Fraction(schema["minimum"]), True)
+        if "exclusiveMinimum" in schema:
+            lo = _higher(lo, (Fraction(schema["exclusiveMinimum"]), False))
+        if "maximum" in schema:
+            hi = (Fraction(schema["maximum"]), True)
+        if "exclusiveMaximum" in schema:
+            hi = _lower(hi, (Fraction(schema["exclusiveMaximum"]), False))
+        self.lo, self.hi = lo, hi
+        self._ok: dict[bytes, bool] = {}
+
+    def empty(self) -> bool:
+        return not self.prefix_ok(b"")
+
+    @staticmethod
+    def _nonneg(lo: _Bound, hi: _Bound) -> bool:
+        """Whether 0 or some magnitude in [TINY, HUGE] lies in (lo, hi)."""
+        return _overlap(lo, hi, _ZERO, _ZERO) or _overlap(lo, hi, (TINY, True), (HUGE, True))
+
+    @staticmethod
+    def _scaled(lo: _Bound, hi: _Bound, m_lo: Fraction, m_hi: Fraction | None, exps: _Exponents) -> bool:
+        """Whether some ``m * 10**e`` (``m`` in ``[m_lo, m_hi)``, or ``m_lo`` alone where ``m_hi`` is None;
+        ``0 < m_lo``; ``e`` in ``exps``) lies in (lo, hi) and in [TINY, HUGE]."""
+        p, q = _higher(lo, (TINY, True)), _lower(hi, (HUGE, True))
+        assert p[0] is not None and q[0] is not None
+        if not _overlap(p, q, p, q):
+            return False
+        if m_hi is None:  # a point: p <= m 10^e <= q
+            e_lo, e_hi = _first_e(m_lo, p[0], not p[1]), _last_e(m_lo, q[0], not q[1])
+        else:  # [m_lo 10^e, m_hi 10^e) meets (p, q) iff m_hi 10^e > p and m_lo 10^e <= q
+            e_lo, e_hi = _first_e(m_hi, p[0], True), _last_e(m_lo, q[0], not q[1])
+        if exps.sign == 0:
+            return e_lo <= e_hi
+        if exps.sign > 0:
+            return _digit_prefix_between(exps.digits, max(e_lo, 0), e_hi)
+        return _digit_prefix_between(exps.digits, max(-e_hi, 0), -e_lo)
+
+    def prefix_ok(self, t: bytes) -> bool:
+        ok = self._ok.get(t)
+        if ok is None:
+            ok = self._prefix_ok(t)
+            if len(self._ok) > 100_000:
+                self._ok.clear()
+            self._ok[t] = ok
+        return ok
+
+    def _prefix_ok(self, t: bytes) -> bool:
+        m = _NUMBER.fullmatch(t.decode("ascii", "replace"))
+        if m is None:
+            return False
+        sign, whole, dot, frac, e, esign, edigits = m.groups()
+        if e and dot and not frac:
+            return False
+        lo, hi = self.lo, self.hi
+        mirrored = ((-hi[0] if hi[0] is not None else None), hi[1]), ((-lo[0] if lo[0] is not None else None), lo[1])
+        if sign:  # look for non-negative values in -(bounds)
+            lo, hi = mirrored
+        if whole is None:  # "" or "-"
+            return self._nonneg(lo, hi) or (not sign and self._nonneg(*mirrored))
+        if e:
+            mant = Fraction(whole + ("." + frac if dot else ""))
+            if mant == 0:
+                return _overlap(lo, hi, _ZERO, _ZERO)
+            exps = _Exponents() if not esign and not edigits else _Exponents(-1 if esign == "-" else 1, edigits)
+            return self._scaled(lo, hi, mant, None, exps)
+        start = Fraction(whole + ("." + frac if frac else ""))
+        if start == 0:  # "0", "0.", "0.00": 0 itself, or any magnitude through the exponent
+            return self._nonneg(lo, hi)
+        width = Fraction(1, 10 ** len(frac)) if dot else Fraction(1)
+        return self._scaled(lo, hi, start, start + width, _Exponents())
+
+    def step(self, sub: bytes, byte: int) -> bytes | None:
+        t = sub + bytes((byte,))
+        return t if self.prefix_ok(t) else None
+
+    def value(self, sub: bytes) -> Any:
+        s = sub.decode("ascii", "replace")
+        m = _NUMBER.fullmatch(s)
+        if m is None or m.group(2) is None or (m.group(3) and not m.group(4)) or (m.group(5) and not m.group(7)):
+            return NOTHING
+        if not self.prefix_ok(sub):
+            return NOTHING
+        mant = Fraction(m.group(2) + ("." + m.group(4) if m.group(3) else ""))
+        # a live nonzero mantissa keeps the exponent small; a zero one may carry any exponent
+        x = mant * Fraction(10) ** int(m.group(6) + m.group(7)) if mant and m.group(5) else mant
+        x = -x if m.group(1) else x
+        if x != 0 and not TINY <= abs(x) <= HUGE or not _overlap(self.lo, self.hi, (x, True), (x, True)):
+            return NOTHING
+        v = json.loads(s)
+        sch = self.schema
+        if ("minimum" in sch and not v >= sch["minimum"]) or ("maximum" in sch and not v <= sch["maximum"]) or (
+                "exclusiveMinimum" in sch and not v > sch["exclusiveMinimum"]) or (
+                "exclusiveMaximum" in sch and not v < sch["exclusiveMaximum"]):
+            return NOTHING
+        return v
+
+    def next_bytes(self, sub: bytes) -> frozenset[int]:
+        return frozenset(b for b in b"-+.eE" + _DIGITS if self.prefix_ok(sub + bytes((b,))))
+
+    def extendable(self, sub: bytes) -> bool:
+        return bool(self.next_bytes(sub))
+
+    def typed(self, sub: bytes) -> bytes:
+        return sub
+
+
+# -------------------------------------------------------------------------------------------------------- strings
+#: Canonical escapes, as ``json.dumps(..., ensure_ascii=False)`` writes them: the only escaped characters.
+ESCAPES: dict[bytes, str] = {json.dumps(chr(c))[1:-1].encode(): chr(c) for c in (*range(0x20), 0x22, 0x5C)}
+_ESCAPE_PREFIXES = frozenset(k[:i] for k in ESCAPES for i in range(1, len(k)))
+_OTHER = "\x00other"  # the class of characters a pattern does not name
+_UTF8_RANGES = {2: [(0x80, 0x7FF)], 3: [(0x800, 0xD7FF), (0xE000, 0xFFFF)], 4: [(0x10000, 0x10FFFF)]}
+
+
+def _utf8_ranges(p: bytes) -> list[tuple[int, int]] | None:
+    """Code points whose UTF-8 encoding starts with ``p`` (a lead byte and continuation bytes), or ``None``."""
+    lead = p[0]
+    n = 2 if 0xC2 <= lead <= 0xDF else 3 if 0xE0 <= lead <= 0xEF else 4 if 0xF0 <= lead <= 0xF4 else 0
+    if not n or len(p) > n or any(not 0x80 <= c <= 0xBF for c in p[1:]):
+        return None
+    bits = lead & (0x7F >> n)
+    for c in p[1:]:
+        bits = (bits << 6) | (c & 0x3F)
+    free = 6 * (n - len(p))
+    lo, hi = bits << free, (bits << free) | ((1 << free) - 1)
+    out = [(max(a, lo), min(b, hi)) for a, b in _UTF8_RANGES[n] if max(a, lo) <= min(b, hi)]
+    return out or None
+
+
+def _top_level_alternatives(pattern: str) -> list[str]:
+    """Split a regex on its top-level ``|`` (outside groups and character classes)."""
+    parts, depth, in_class, class_start, last, k = [], 0, False, 0, 0, 0
+    while k < len(pattern):
+        ch = pattern[k]
+        if ch == "\\":
+            k += 2
+            continue
+        if in_class:
+            in_class = not (ch == "]" and k != class_start)
+        elif ch == "[":
+            in_class, class_start = True, k + 1 + (pattern[k + 1: k + 2] == "^")
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "|" and depth == 0:
+            parts.append(pattern[last:k])
+            last = k + 1
+        k += 1
+    parts.append(pattern[last:])
+    return parts
+
+
+def _search_regex(pattern: str) -> str:
+    r"""A full-match regex for "``re.search(pattern)`` finds a match": unanchored ends become ``[\s\S]*``.
+
+    >>> _search_regex("^a|b$")
+    '(?:a)[\\s\\S]*|[\\s\\S]*(?:b)\n?'
+    """
+    out = []
+    for alt in _top_level_alternatives(pattern):
+        head = alt.startswith("^")
+        body = alt[1:] if head else alt
+        tail = body.endswith("$") and (len(body) - 1 - len(body[:-1].rstrip("\\"))) % 2 == 0
+        body = body[:-1] if tail else body
+        # Python's "$" also matches before a final newline
+        out.append(("" if head else r"[\s\S]*") + "(?:" + body + ")" + ("\n?" if tail else r"[\s\S]*"))
+    return "|".join(out)
+
+
+class _Dfa:
+    """A pattern's automaton over characters: classes of characters, transitions, and length-aware liveness."""
+
+    def __init__(self, pattern: str | None, pointer: str, min_len: int, max_len: int | None):
+        self.min_len, self.max_len = min_len, max_len
+        #: the characters content may use: every scalar value, or ASCII where the pattern's classes and Python's
+        #: differ beyond it (negated \D \W \S, inline flags)
+        self.ascii = pattern is not None and bool(
+            re.search(r"\\[DWS]", pattern) or ("[^" in pattern and re.search(r"\\[dws]", pattern)) or "(?" in
+            pattern.replace("(?:", ""))
+        if pattern is None:
+            self.initial: Any = 0
+            self.finals: frozenset[Any] = frozenset({0})
+            self.explicit: dict[str, Any] = {}
+            self.trans: dict[Any, dict[Any, Any]] = {0: {_OTHER: 0}}
+        else:
+            import interegular
+            from interegular.fsm import anything_else
+
+            try:
+                fsm = interegular.parse_pattern(_search_regex(pattern)).to_fsm()
+            except Exception as exc:  # interegular raises several types for unsupported syntax
+                raise UnsupportedKeyword(f"pattern is not supported: {exc}", pointer=f"{pointer}/pattern",
+                                         found=pattern,
+                                         hint="regular syntax only: no backreferences, lookaround, \\b or inner "
+                                              "anchors") from None
+            classes = {cls: (_OTHER if anything_else in chars else cls)
+                       for cls, chars in fsm.alphabet.by_transition.items()}
+            self.explicit = {c: classes[cls] for cls, chars in fsm.alphabet.by_transition.items()
+                             for c in chars if c is not anything_else and self._usable(c)}
+            self.initial, self.finals = fsm.initial, frozenset(fsm.finals)
+            usable = set(self.explicit.values())
+            if (0x80 if self.ascii else 0x110000 - 0x800) > sum(1 for c in self.explicit):
+                usable.add(_OTHER)  # some character the pattern does not name is allowed
+            self.trans = {s: {classes[cls]: t for cls, t in row.items() if classes[cls] in usable}
+                          for s, row in fsm.map.items()}
+        preds: dict[Any, set[Any]] = {}
+        for s, row in self.trans.items():
+            for t in row.values():
+                preds.setdefault(t, set()).add(s)
+        # reach[L]: the states from which some path of exactly L characters ends in a final state (eventually
+        # periodic: stop at the first repeat)
+        reach = [self.finals]
+        seen = {self.finals: 0}
+        while True:
+            nxt = frozenset(p for s in reach[-1] for p in preds.get(s, ()))
+            if nxt in seen:
+                self._pre = seen[nxt]
+                break
+            seen[nxt] = len(reach)
+            reach.append(nxt)
+        self._reach = reach
+        self._live: dict[tuple[Any, int], bool] = {}
+        self._live_cls: dict[tuple[Any, int], frozenset[Any]] = {}
+        ords = sorted((ord(c), cls) for c, cls in self.explicit.items())
+        self._ords = [o for o, _ in ords]
+        self._ord_classes = [cls for _, cls in ords]
+
+    def _usable(self, c: str) -> bool:
+        o = ord(c)
+        return not (0xD800 <= o <= 0xDFFF) and (o < 0x80 or not self.ascii)
+
+    def class_of(self, c: str) -> Any:
+        cls = self.explicit.get(c)
+        if cls is None and self._usable(c):
+            return _OTHER
+        return cls
+
+    def classes_in(self, ranges: list[tuple[int, int]]) -> frozenset[Any]:
+        """The classes of the usable characters in the code point ``ranges``."""
+        if self.ascii:
+            ranges = [(a, min(b, 0x7F)) for a, b in ranges if a <= 0x7F]
+        out = set()
+        named = 0
+        for a, b in ranges:
+            lo, hi = bisect_left(self._ords, a), bisect_right(self._ords, b)
+            named += hi - lo
+            out.update(self._ord_classes[lo:hi])
+        if sum(b - a + 1 for a, b in ranges) > named:
+            out.add(_OTHER)
+        return frozenset(out)
+
+    def live_classes(self, s: Any, n: int) -> frozenset[Any]:
+        """The classes whose character keeps content in state ``s`` after ``n`` characters alive."""
+        key = (s, n)
+        out = self._live_cls.get(key)
+        if out is None:
+            out = frozenset(cls for cls, t in self.trans[s].items() if self.live(t, n + 1))
+            self._live_cls[key] = out
+        return out
+
+    def live(self, s: Any, n: int) -> bool:
+        """Whether content in state ``s`` after ``n`` characters can still end as a valid string."""
+        key = (s, n)
+        ok = self._live.get(key)
+        if ok is None:
+            lo = max(0, self.min_len - n)
+            hi = lo + len(self._reach)
+            if self.max_len is not None:
+                hi = min(hi, self.max_len - n)
+            ok = any(s in self._at(k) for k in range(lo, hi + 1))
+            self._live[key] = ok
+        return ok
+
+    def _at(self, k: int) -> frozenset[Any]:
+        if k < len(self._reach):
+            return self._reach[k]
+        per = len(self._reach) - self._pre
+        return self._reach[self._pre + (k - self._pre) % per]
+
+
+class StringSlot:
+    """Free strings: ``"``, canonical JSON content (``json.dumps(..., ensure_ascii=False)`` escaping), ``"``, with
+    ``minLength``/``maxLength`` (code points) and ``pattern`` (``re.search`` semantics, as jsonschema).
+
+    Sub-state: ``(typed, phase, dfa state, length, pending)``: phase 0 before the opening quote, 1 inside, 2 closed;
+    ``pending`` the bytes of a character not yet complete (a UTF-8 sequence or an escape).
+    """
+
+    def __init__(self, schema: dict[str, Any], pointer: str = ""):
+        for key in ("minLength", "maxLength"):
+            val = schema.get(key)
+            if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val < 0):
+                raise DeclarationError(f"{key} must be a non-negative integer", pointer=f"{pointer}/{key}", found=val)
+        pattern = schema.get("pattern")
+        if pattern is not None and not isinstance(pattern, str):
+            raise DeclarationError("pattern must be a string", pointer=f"{pointer}/pattern", found=pattern)
+        self.dfa = _Dfa(pattern, pointer, schema.get("minLength", 0), schema.get("maxLength"))
+        self.start = (b"", 0, self.dfa.initial, 0, b"")
+        self._tables: dict[bytes, dict[int, tuple[str, Any, Any]]] = {}
+        self._step = lru_cache(maxsize=1 << 16)(self._step_core)
+        self._next = lru_cache(maxsize=1 << 14)(self._next_core)
+
+    def empty(self) -> bool:
+        return not self.dfa.live(self.dfa.initial, 0)
+
+    def _table(self, pending: bytes) -> dict[int, tuple[str, Any, Any]]:
+        """Inside the string, after ``pending``: each byte that may come next, as ``("close", None, None)``,
+        ``("char", class, None)`` or ``("partial", class set, new pending)``; independent of the pattern state."""
+        table = self._tables.get(pending)
+        if table is not None:
+            return table
+        dfa, table = self.dfa, {}
+        for b in range(256):
+            p = pending + bytes((b,))
+            entry: tuple[str, Any, Any] | None = None
+            if not pending and b == 0x22:
+                entry = ("close", None, None)
+            elif p[:1] == b"\\":
+                if p in ESCAPES:
+                    cls = dfa.class_of(ESCAPES[p])
+                    entry = ("char", cls, None) if cls is not None else None
+                elif p in _ESCAPE_PREFIXES:
+                    chars = [c for k, c in ESCAPES.items() if k.startswith(p)]
+                    entry = ("partial", frozenset(dfa.class_of(c) for c in chars) - {None}, p)
+            elif not pending and 0x20 <= b < 0x80:
+                cls = dfa.class_of(chr(b))
+                entry = ("char", cls, None) if cls is not None else None
+            elif p[0] >= 0x80:
+                ranges = _utf8_ranges(p)
+                if ranges is not None and len(p) == (2 if p[0] < 0xE0 else 3 if p[0] < 0xF0 else 4):
+                    cls = dfa.class_of(chr(ranges[0][0]))
+                    entry = ("char", cls, None) if cls is not None else None
+                elif ranges is not None:
+                    entry = ("partial", dfa.classes_in(ranges), p)
+            if entry is not None and (entry[0] != "partial" or entry[1]):
+                table[b] = entry
+        self._tables[pending] = table
+        return table
+
+    def _step_core(self, core: tuple[int, Any, int, bytes], b: int) -> tuple[int, Any, int, bytes] | None:
+        phase, s, n, pending = core
+        if phase == 0:
+            return (1, s, n, b"") if b == 0x22 and self.dfa.live(s, n) else None
+        if phase != 1:
+            return None
+        entry = self._table(pending).get(b)
+        if entry is None:
+            return None
+        kind, cls, nxt = entry
+        if kind == "close":
+            return (2, s, n, b"") if s in self.dfa.finals and n >= self.dfa.min_len else None
+        live = self.dfa.live_classes(s, n)
+        if kind == "char":
+            return (1, self.dfa.trans[s][cls], n + 1, b"") if cls in live else None
+        return (1, s, n, nxt) if cls & live else None
+
+    def step(self, sub: tuple[Any, ...], byte: int) -> tuple[Any, ...] | None:
+        new = self._step(sub[1:], byte)
+        return None if new is None else (sub[0] + bytes((byte,)), *new)
+
+    def value(self, sub: tuple[Any, ...]) -> Any:
+        return json.loads(sub[0]) if sub[1] == 2 else NOTHING
+
+    def extendable(self, sub: tuple[Any, ...]) -> bool:
+        return bool(sub[1] != 2)
+
+    def _next_core(self, core: tuple[int, Any, int, bytes]) -> frozenset[int]:
+        phase, s, n, pending = core
+        if phase == 0:
+            return frozenset((0x22,)) if self.dfa.live(s, n) else frozenset()
+        if phase != 1:
+            return frozenset()
+        live = self.dfa.live_classes(s, n)
+        closes = s in self.dfa.finals and n >= self.dfa.min_len
+        return frozenset(b for b, (kind, cls, _) in self._table(pending).items()
+                         if (kind == "char" and cls in live) or (kind == "partial" and cls & live)
+                         or (kind == "close" and closes))
+
+    def next_bytes(self, sub: tuple[Any, ...]) -> frozenset[int]:
+        return self._next(sub[1:])  # type: ignore[no-any-return]
+
+    def typed(self, sub: tuple[Any, ...]) -> bytes:
+        return sub[0]  # type: ignore[no-any-return]

@@ -1,0 +1,655 @@
+"""The canonical byte layout of a record: fixed syntax and value slots, matched byte by byte.
+
+A :class:`Layout` compiles a declaration's schema into a small program (literal syntax, field slots with finite
+domains, free slots, and the structural choices: optional properties, array length, union branches) and matches
+output bytes against it as a set of threads, as a Pike VM does. The rendering is ``json.dumps`` with schema
+property order and ``ensure_ascii=False``: compact separators ``", "``/``": "`` by default, or ``indent=N``.
+States are immutable and hashable, so a decoder keeps a stack of them to roll back, and caches by them.
+
+>>> import factorspec_cp as fs
+>>> spec = fs.Spec({"type": "object", "required": ["city", "days"], "properties": {
+...     "city": {"enum": ["Riga", "Rome"]}, "days": {"type": "integer", "minimum": 1, "maximum": 15}}})
+>>> lay = Layout(spec)
+>>> lay.render({"days": 3, "city": "Rome"})
+'{"city": "Rome", "days": 3}'
+>>> s = lay.advance(lay.start(), b'{"city": "R')
+>>> lay.slot(s), lay.candidates(s)
+(Slot(pointer='/city', kind='field', typed=b'"R'), ['Riga', 'Rome'])
+>>> s = lay.advance(s, b'ome", "days": 1')
+>>> lay.completed(s), sorted(chr(b) for b in lay.allowed_next_bytes(s))
+((('/city', 'Rome'),), ['0', '1', '2', '3', '4', '5', '}'])
+>>> s = lay.advance(s, b'}')
+>>> lay.completed(s), lay.accepting(s)
+((('/days', 1),), True)
+>>> lay.allowed_next_bytes(lay.start(), admissible=lambda p: ["Riga"] if p == "/city" else None)
+frozenset({123})
+"""
+
+from __future__ import annotations
+
+import json
+from bisect import bisect_left
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from ..errors import DeclarationError
+from ..schema import (
+    ArrayNode,
+    CompiledSchema,
+    Field,
+    FreeField,
+    Leaf,
+    Node,
+    ObjectNode,
+    UnionNode,
+    compile_schema,
+    jkey,
+)
+from ..schema import escape as escape_token
+from .freeslot import NOTHING, IntegerSlot, NumberSlot, StringSlot
+
+__all__ = ["Layout", "State", "Slot", "EnumSlot", "render_value", "Admissible"]
+
+#: ``admissible(pointer)``: the values a field slot may take now (``None``: no restriction).
+Admissible = Callable[[str], Union[Collection[Any], None]]
+Event = tuple[str, Any]
+Core = tuple[int, tuple[int, ...], Any]  # (program counter, array indices, slot sub-state)
+Thread = tuple[Core, tuple[Event, ...]]  # a core and the events it completed that are not yet certain
+
+LIT, FIELD, FREE, JMP, SPLIT, ASTART, ALOOP, ANEXT, ACCEPT = range(9)
+
+
+def render_value(value: Any) -> bytes:
+    """The canonical bytes of one scalar JSON value."""
+    return json.dumps(value, ensure_ascii=False).encode("utf-8")
+
+
+@dataclass(frozen=True)
+class State:
+    """Where a match stands: its live threads, each with the field values it completed that not every thread
+    agrees on yet. ``events`` are the values the advance into this state made certain; they are not part of the
+    state's identity (equal positions compare equal)."""
+
+    threads: frozenset[Thread]
+    events: tuple[Event, ...] = field(default=(), compare=False)
+
+    @property
+    def cores(self) -> set[Core]:
+        return {core for core, _ in self.threads}
+
+
+@dataclass(frozen=True)
+class Slot:
+    """The value slot a state is in: its JSON Pointer, ``"field"`` (finite domain) or ``"free"``, and the bytes of
+    the value typed so far (quotes included)."""
+
+    pointer: str
+    kind: str
+    typed: bytes
+    node: Union[Field, FreeField] = field(repr=False, compare=False)
+
+
+class EnumSlot:
+    """A finite set of values as their sorted renderings. Sub-state: the bytes typed."""
+
+    start = b""
+
+    def __init__(self, values: Iterable[Any]):
+        self.domain = list(values)
+        pairs = sorted((render_value(v), k) for k, v in enumerate(self.domain))
+        self.renders = [r for r, _ in pairs]
+        self.order = [k for _, k in pairs]
+        self.by_render = {r: self.domain[k] for r, k in pairs}
+        self._next: dict[bytes, frozenset[int]] = {}
+
+    def _span(self, t: bytes) -> tuple[int, int]:
+        # renderings are UTF-8, which never holds 0xFF: every rendering starting with t sorts below t + b"\xff"
+        return bisect_left(self.renders, t), bisect_left(self.renders, t + b"\xff")
+
+    def has_prefix(self, t: bytes) -> bool:
+        lo, hi = self._span(t)
+        return lo < hi
+
+    def step(self, sub: bytes, byte: int) -> bytes | None:
+        t = sub + bytes((byte,))
+        return t if self.has_prefix(t) else None
+
+    def value(self, sub: bytes) -> Any:
+        return self.by_render.get(sub, NOTHING)
+
+    def extendable(self, sub: bytes) -> bool:
+        lo, hi = self._span(sub)
+        return hi - lo > (1 if lo < hi and self.renders[lo] == sub else 0)
+
+    def next_bytes(self, sub: bytes) -> frozenset[int]:
+        out = self._next.get(sub)
+        if out is None:
+            lo, hi = self._span(sub)
+            n = len(sub)
+            out = frozenset(r[n] for r in self.renders[lo:hi] if len(r) > n)
+            if len(self._next) > 50_000:
+                self._next.clear()
+            self._next[sub] = out
+        return out
+
+    def typed(self, sub: bytes) -> bytes:
+        return sub
+
+    def values(self, sub: bytes) -> list[Any]:
+        lo, hi = self._span(sub)
+        return [self.domain[k] for k in sorted(self.order[lo:hi])]
+
+
+class _RangeSlot(IntegerSlot):
+    """An integer field's range domain: an :class:`IntegerSlot` whose values list in domain order."""
+
+    def __init__(self, values: range):
+        super().__init__(values.start, values[-1], values.step, values.start)
+
+    def values(self, sub: bytes) -> list[int]:  # type: ignore[override]
+        return sorted(super().values(sub))
+
+
+class _Filter:
+    """One call's view of ``admissible``: each pointer asked once, as an :class:`EnumSlot` of domain values."""
+
+    def __init__(self, fn: Admissible, shared: dict[Any, EnumSlot]):
+        self.fn = fn
+        self.shared = shared  # the layout's cache of filtered domains, across calls
+        self.asked: dict[str, Collection[Any] | None] = {}
+        self.memo: dict[tuple[str, int], EnumSlot | None] = {}
+
+    def get(self, pointer: str, f: Field) -> EnumSlot | None:
+        key = (pointer, id(f))  # union branches share pointers, not domains
+        if key not in self.memo:
+            if pointer not in self.asked:
+                self.asked[pointer] = self.fn(pointer)
+            vals = self.asked[pointer]
+            if vals is None:
+                self.memo[key] = None
+            else:
+                vals = list(vals)
+                cache_key = (id(f), tuple(jkey(v) for v in vals))
+                slot = self.shared.get(cache_key)
+                if slot is None:
+                    seen: set[Any] = set()
+                    keep = []
+                    for v in vals:
+                        k = jkey(v)
+                        if k not in seen and v in f:
+                            seen.add(k)
+                            keep.append(v)
+                    slot = EnumSlot(keep)
+                    if len(self.shared) > 4096:
+                        self.shared.clear()
+                    self.shared[cache_key] = slot
+                self.memo[key] = slot
+        return self.memo[key]
+
+
+class Layout:
+    """The canonical layout of a declaration's records, as a byte automaton.
+
+    Parameters
+    ----------
+    spec
+        A :class:`~factorspec_cp.Spec`, a compiled schema, or a JSON Schema document.
+    indent
+        ``None`` (default): compact, ``json.dumps(record, separators=(", ", ": "))``; an integer ``N``:
+        ``json.dumps(record, indent=N)``. Both with ``ensure_ascii=False`` and schema property order.
+
+    Field slots hold the canonical rendering of a domain value; free strings hold canonical JSON content (the
+    escapes ``json.dumps`` writes, no others); free integers are canonical; free numbers follow the JSON grammar.
+    Methods that take ``admissible`` restrict each field slot to the values it returns for the slot's pointer
+    (``None`` for a pointer: no restriction); it is called at most once per pointer per call. The filter looks at
+    the slot being typed and at the start of the next one, no further: sets from a sound solver never strand a
+    walk, arbitrary ones (a union tag allowed only for a branch no value leads to) can.
+    """
+
+    def __init__(self, spec: Any, *, indent: int | None = None):
+        if isinstance(spec, CompiledSchema):
+            compiled = spec
+        elif hasattr(spec, "compiled"):
+            compiled = spec.compiled
+        elif isinstance(spec, Mapping):
+            compiled = compile_schema(dict(spec))
+        else:
+            raise TypeError(f"Layout needs a Spec, a compiled schema or a JSON Schema, not {type(spec).__name__}")
+        if indent is not None and (isinstance(indent, bool) or not isinstance(indent, int) or indent < 0):
+            raise ValueError(f"indent must be a non-negative integer or None, not {indent!r}")
+        self.compiled, self.indent = compiled, indent
+        self._code: list[list[Any]] = []
+        self._buf = b""
+        self._compile(compiled.root, (), 0)
+        self._emit(ACCEPT)
+        self._closures: dict[tuple[int, tuple[int, ...]], tuple[Core, ...]] = {}
+        self._pointers: dict[tuple[tuple[str | None, ...], tuple[int, ...]], str] = {}
+        self._filtered: dict[Any, EnumSlot] = {}
+        self._start = State(frozenset((core, ()) for core in self._closure(0, ())))
+
+    def __repr__(self) -> str:
+        style = "compact" if self.indent is None else f"indent={self.indent}"
+        return f"Layout({style}, {len(self._code)} instructions)"
+
+    # -- compilation --------------------------------------------------------------------------------------------
+    def _lit(self, text: str) -> None:
+        self._buf += text.encode("utf-8")
+
+    def _emit(self, *ins: Any) -> int:
+        self._here()
+        self._code.append(list(ins))
+        return len(self._code) - 1
+
+    def _here(self) -> int:
+        if self._buf:
+            self._code.append([LIT, self._buf])
+            self._buf = b""
+        return len(self._code)
+
+    def _sep(self, depth: int, first: bool) -> str:
+        """What precedes an item at nesting ``depth + 1``."""
+        if self.indent is None:
+            return "" if first else ", "
+        return ("" if first else ",") + "\n" + " " * (self.indent * (depth + 1))
+
+    def _end(self, depth: int, bracket: str) -> str:
+        return bracket if self.indent is None else "\n" + " " * (self.indent * depth) + bracket
+
+    def _compile(self, node: Node, segs: tuple[str | None, ...], depth: int) -> None:
+        if isinstance(node, Leaf):
+            f = node.field
+            if isinstance(f, Field):
+                self._emit(FIELD, segs, _RangeSlot(f.values) if isinstance(f.values, range) else EnumSlot(f.values), f)
+            else:
+                self._emit(FREE, segs, _free_slot(f), f)
+        elif isinstance(node, ObjectNode):
+            self._object(node, segs, depth)
+        elif isinstance(node, ArrayNode):
+            self._lit("[")
+            self._emit(ASTART)
+            loop = self._emit(ALOOP, node.min_items, node.max_items, None, None, None, None)
+            first = self._here()
+            self._lit(self._sep(depth, True))
+            j1 = self._emit(JMP, None)
+            more = self._here()
+            self._lit(self._sep(depth, False))
+            j2 = self._emit(JMP, None)
+            body = self._here()
+            self._compile(node.items, (*segs, None), depth + 1)
+            self._emit(ANEXT, loop)
+            empty = self._here()
+            self._lit("]")
+            j3 = self._emit(JMP, None)
+            close = self._here()
+            self._lit(self._end(depth, "]"))
+            end = self._here()
+            self._code[loop][3:7] = [first, more, empty, close]
+            self._code[j1][1] = self._code[j2][1] = body
+            self._code[j3][1] = end
+        elif isinstance(node, UnionNode):
+            split = self._emit(SPLIT, ())
+            targets, jumps = [], []
+            for branch in node.branches:
+                targets.append(self._here())
+                self._object(branch, segs, depth)
+                jumps.append(self._emit(JMP, None))
+            self._code[split][1] = tuple(targets)
+            end = self._here()
+            for j in jumps:
+                self._code[j][1] = end
+        else:  # pragma: no cover - the schema compiler makes no other node
+            raise TypeError(f"unknown node {node!r}")
+
+    def _object(self, node: ObjectNode, segs: tuple[str | None, ...], depth: int) -> None:
+        props = node.properties
+        self._lit("{")
+        if not props:
+            self._lit("}")
+            return
+        n = len(props)
+        # label (i, first): property i is next and nothing was written yet (first) or something was
+        can_be_first = [all(not p.required for p in props[:i]) for i in range(n + 1)]
+        labels: dict[Any, int] = {}
+        patches: list[tuple[int, int | None, Any]] = []  # (instruction, SPLIT target index or None, label)
+        for i, prop in enumerate(props):
+            for first in (True, False):
+                if (first and not can_be_first[i]) or (not first and i == 0):
+                    continue
+                labels[(i, first)] = self._here()
+                if not prop.required:
+                    k = self._emit(SPLIT, [None, None])
+                    patches += [(k, 0, ("key", i, first)), (k, 1, (i + 1, first))]
+                    labels[("key", i, first)] = self._here()
+                self._lit(self._sep(depth, first) + json.dumps(prop.name, ensure_ascii=False) + ": ")
+                patches.append((self._emit(JMP, None), None, ("value", i)))
+            labels[("value", i)] = self._here()
+            self._compile(prop.node, (*segs, escape_token(prop.name)), depth + 1)
+            patches.append((self._emit(JMP, None), None, (i + 1, False)))
+        end_jump = None
+        if can_be_first[n]:
+            labels[(n, True)] = self._here()
+            self._lit("}")
+            end_jump = self._emit(JMP, None)
+        labels[(n, False)] = self._here()
+        self._lit(self._end(depth, "}"))
+        end = self._here()
+        if end_jump is not None:
+            self._code[end_jump][1] = end
+        for k, j, label in patches:
+            if j is None:
+                self._code[k][1] = labels[label]
+            else:
+                self._code[k][1][j] = labels[label]
+        for k, _, _ in patches:
+            if self._code[k][0] == SPLIT:
+                self._code[k][1] = tuple(self._code[k][1])
+
+    # -- threads ------------------------------------------------------------------------------------------------
+    def _closure(self, pc: int, ctr: tuple[int, ...]) -> tuple[Core, ...]:
+        """The consuming positions reachable from ``pc`` without reading a byte."""
+        key = (pc, ctr)
+        hit = self._closures.get(key)
+        if hit is not None:
+            return hit
+        out: list[Core] = []
+        seen = set()
+        stack = [key]
+        while stack:
+            at = stack.pop()
+            if at in seen:
+                continue
+            seen.add(at)
+            p, c = at
+            ins = self._code[p]
+            op = ins[0]
+            if op == LIT:
+                out.append((p, c, 0))
+            elif op in (FIELD, FREE):
+                out.append((p, c, ins[2].start))
+            elif op == ACCEPT:
+                out.append((p, c, None))
+            elif op == JMP:
+                stack.append((ins[1], c))
+            elif op == SPLIT:
+                stack.extend((t, c) for t in reversed(ins[1]))
+            elif op == ASTART:
+                stack.append((p + 1, (*c, 0)))
+            elif op == ALOOP:
+                count, lo, hi = c[-1], ins[1], ins[2]
+                if count >= lo:
+                    stack.append((ins[5] if count == 0 else ins[6], c[:-1]))
+                if hi is None or count < hi:
+                    stack.append((ins[3] if count == 0 else ins[4], c))
+            elif op == ANEXT:
+                stack.append((ins[1], (*c[:-1], c[-1] + 1)))
+        result = tuple(out)
+        if len(self._closures) > 200_000:
+            self._closures.clear()
+        self._closures[key] = result
+        return result
+
+    def _pointer(self, segs: tuple[str | None, ...], ctr: tuple[int, ...]) -> str:
+        key = (segs, ctr)
+        ptr = self._pointers.get(key)
+        if ptr is None:
+            idx = iter(ctr)
+            ptr = "".join("/" + (s if s is not None else str(next(idx))) for s in segs)
+            if len(self._pointers) > 200_000:
+                self._pointers.clear()
+            self._pointers[key] = ptr
+        return ptr
+
+    def _allowed(self, ins: list[Any], ctr: tuple[int, ...], flt: _Filter | None) -> EnumSlot | None:
+        if flt is None or ins[0] != FIELD:
+            return None
+        return flt.get(self._pointer(ins[1], ctr), ins[3])
+
+    def _enter(self, pc: int, ctr: tuple[int, ...], flt: _Filter | None) -> list[tuple[Core, tuple[Event, ...]]]:
+        return [(core, ()) for core in self._closure(pc, ctr) if self._may_enter(core, flt)]
+
+    def _may_enter(self, core: Core, flt: _Filter | None) -> bool:
+        """Whether a slot at its start has an admissible value (anything else: yes)."""
+        allowed = self._allowed(self._code[core[0]], core[1], flt)
+        return allowed is None or allowed.has_prefix(b"")
+
+    def _complete(self, ins: list[Any], ctr: tuple[int, ...], sub: Any, value: Any,
+                  flt: _Filter | None) -> tuple[Event, ...] | None:
+        """The events of completing a slot with ``value``; ``None`` where the filter forbids it."""
+        if ins[0] == FREE:
+            return ()
+        allowed = self._allowed(ins, ctr, flt)
+        if allowed is not None and sub not in allowed.by_render:
+            return None
+        return ((self._pointer(ins[1], ctr), value),)
+
+    def _step(self, core: Core, b: int, flt: _Filter | None) -> list[tuple[Core, tuple[Event, ...]]]:
+        pc, ctr, sub = core
+        ins = self._code[pc]
+        op = ins[0]
+        if op == LIT:
+            data = ins[1]
+            if data[sub] != b:
+                return []
+            if sub + 1 < len(data):
+                if flt is not None and not any(self._may_enter(c, flt) for c in self._closure(pc + 1, ctr)):
+                    return []  # the literal leads only into slots with nothing admissible
+                return [((pc, ctr, sub + 1), ())]
+            return self._enter(pc + 1, ctr, flt)
+        if op == ACCEPT:
+            return []
+        m = ins[2]
+        out: list[tuple[Core, tuple[Event, ...]]] = []
+        v = m.value(sub)
+        if v is not NOTHING:  # the value ends here: this byte belongs to what follows
+            ev = self._complete(ins, ctr, sub, v, flt)
+            if ev is not None:
+                for nxt, _ in self._enter(pc + 1, ctr, flt):
+                    out.extend((c, ev + e) for c, e in self._step(nxt, b, flt))
+        sub2 = m.step(sub, b)
+        if sub2 is not None:
+            allowed = self._allowed(ins, ctr, flt)
+            if allowed is None or allowed.has_prefix(sub2):
+                v2 = m.value(sub2)
+                if v2 is not NOTHING and not m.extendable(sub2):  # nothing can extend it: complete now
+                    ev = self._complete(ins, ctr, sub2, v2, flt)
+                    if ev is not None:
+                        out.extend((c, ev) for c, _ in self._enter(pc + 1, ctr, flt))
+                else:
+                    out.append(((pc, ctr, sub2), ()))
+        return out
+
+    def _next(self, core: Core) -> tuple[frozenset[int], frozenset[int]]:
+        """Bytes that continue ``core`` without a filter: (sure under any filter, to check under a filter)."""
+        pc, ctr, sub = core
+        ins = self._code[pc]
+        op = ins[0]
+        if op == LIT:
+            return frozenset(), frozenset((ins[1][sub],))
+        if op == ACCEPT:
+            return frozenset(), frozenset()
+        m = ins[2]
+        ext = m.next_bytes(sub)
+        follow: set[int] = set()
+        if m.value(sub) is not NOTHING:
+            for nxt in self._closure(pc + 1, ctr):
+                sure, check = self._next(nxt)
+                follow |= sure | check
+        if op == FREE:
+            return ext, frozenset(follow)
+        return frozenset(), ext | frozenset(follow)
+
+    # -- public -------------------------------------------------------------------------------------------------
+    def start(self) -> State:
+        """The state before the first byte."""
+        return self._start
+
+    def advance(self, state: State, data: bytes, *, admissible: Admissible | None = None) -> State | None:
+        """The state after ``data``, or ``None`` when no record (with admissible field values) continues so."""
+        flt = _Filter(admissible, self._filtered) if admissible is not None else None
+        cur: set[Thread] = set(state.threads)
+        for b in data:
+            nxt: set[Thread] = set()
+            for core, pending in cur:
+                for c2, ev in self._step(core, b, flt):
+                    nxt.add((c2, pending + ev if ev else pending))
+            if not nxt:
+                return None
+            cur = nxt
+        return _release(cur)
+
+    def completed(self, state: State) -> tuple[Event, ...]:
+        """The ``(pointer, value)`` of each field slot that became complete and certain in the advance into
+        ``state``, in record order.
+
+        A value completes as soon as no byte can extend it (``"Riga"``, ``15`` in 1..15), else with the byte after
+        it (``1`` in 1..15); where union branches still disagree about it, it is reported once they agree. Free
+        slots report nothing. Pointers inside arrays carry the element index; only those in ``spec.fields`` are
+        assignable in a session."""
+        return state.events
+
+    def finish(self, state: State, *, admissible: Admissible | None = None) -> tuple[Event, ...] | None:
+        """The events of ending the output here (a root scalar completes only at the end), or ``None`` when the
+        output cannot end here."""
+        flt = _Filter(admissible, self._filtered) if admissible is not None else None
+        for (pc, ctr, sub), pending in state.threads:
+            ins = self._code[pc]
+            if ins[0] == ACCEPT:
+                return pending
+            if ins[0] in (FIELD, FREE):
+                v = ins[2].value(sub)
+                if v is NOTHING or not any(self._code[c[0]][0] == ACCEPT for c in self._closure(pc + 1, ctr)):
+                    continue
+                ev = self._complete(ins, ctr, sub, v, flt)
+                if ev is not None:
+                    return pending + ev
+        return None
+
+    def accepting(self, state: State, *, admissible: Admissible | None = None) -> bool:
+        """Whether the bytes so far are a whole record."""
+        return self.finish(state, admissible=admissible) is not None
+
+    def allowed_next_bytes(self, state: State, *, admissible: Admissible | None = None) -> frozenset[int]:
+        """Every byte ``b`` with ``advance(state, bytes([b]))`` not ``None``."""
+        flt = _Filter(admissible, self._filtered) if admissible is not None else None
+        out: set[int] = set()
+        for core in state.cores:
+            sure, check = self._next(core)
+            out |= sure
+            if flt is None:
+                out |= check
+            else:
+                out.update(b for b in check - out if self._step(core, b, flt))
+        return frozenset(out)
+
+    def forced(self, state: State, *, admissible: Admissible | None = None, limit: int = 4096) -> bytes:
+        """The bytes every continuation of ``state`` starts with (stops where the output may end)."""
+        out = bytearray()
+        while len(out) < limit and not self.accepting(state, admissible=admissible):
+            nxt = self.allowed_next_bytes(state, admissible=admissible)
+            if len(nxt) != 1:
+                break
+            b = next(iter(nxt))
+            out.append(b)
+            state = self.advance(state, bytes((b,)), admissible=admissible)  # type: ignore[assignment]
+        return bytes(out)
+
+    def slot(self, state: State) -> Slot | None:
+        """The value slot ``state`` is in (at its start or inside it), or ``None`` in fixed syntax."""
+        slots = []
+        for pc, ctr, sub in state.cores:
+            ins = self._code[pc]
+            if ins[0] in (FIELD, FREE):
+                slots.append(Slot(self._pointer(ins[1], ctr), "field" if ins[0] == FIELD else "free",
+                                  ins[2].typed(sub), ins[3]))
+        if not slots:
+            return None
+        return min(slots, key=lambda s: (s.kind, s.pointer, s.typed))
+
+    def candidates(self, state: State, *, admissible: Admissible | None = None) -> list[Any]:
+        """The values of the current field slot still consistent with the bytes typed (and ``admissible``), in
+        domain order; empty outside a field slot."""
+        flt = _Filter(admissible, self._filtered) if admissible is not None else None
+        out, seen = [], set()
+        for pc, ctr, sub in sorted(state.cores, key=lambda c: c[0]):
+            ins = self._code[pc]
+            if ins[0] != FIELD:
+                continue
+            allowed = self._allowed(ins, ctr, flt)
+            for v in (allowed if allowed is not None else ins[2]).values(sub):
+                if jkey(v) not in seen:
+                    seen.add(jkey(v))
+                    out.append(v)
+        return out
+
+    def render(self, record: Any) -> str:
+        """The canonical text of ``record`` (which it does not validate): schema property order."""
+        ordered = _order(self.compiled.root, record, "")
+        if self.indent is None:
+            return json.dumps(ordered, separators=(", ", ": "), ensure_ascii=False)
+        return json.dumps(ordered, indent=self.indent, ensure_ascii=False)
+
+
+def _release(threads: set[Thread]) -> State:
+    """The state of ``threads``: the events every thread has completed are released, in order."""
+    pendings = [p for _, p in threads]
+    if not any(pendings):
+        return State(frozenset(threads))
+    first = pendings[0]
+    n = min(len(p) for p in pendings)
+    k = 0
+    while k < n and all(p[k][0] == first[k][0] and jkey(p[k][1]) == jkey(first[k][1]) for p in pendings):
+        k += 1
+    if k == 0:
+        return State(frozenset(threads))
+    return State(frozenset((core, p[k:]) for core, p in threads), first[:k])
+
+
+def _free_slot(f: FreeField) -> Any:
+    sch = f.schema
+    typ = f.type
+    if typ == "string":
+        slot: Any = StringSlot(sch, f"#{f.pointer}")
+    elif typ == "integer":
+        lo, hi = sch.get("minimum"), sch.get("maximum")
+        lo = None if lo is None else -int((-lo) // 1)
+        hi = None if hi is None else int(hi // 1)
+        if "exclusiveMinimum" in sch:
+            x = int(sch["exclusiveMinimum"] // 1) + 1
+            lo = x if lo is None else max(lo, x)
+        if "exclusiveMaximum" in sch:
+            x = -int((-sch["exclusiveMaximum"]) // 1) - 1
+            hi = x if hi is None else min(hi, x)
+        slot = IntegerSlot(lo, hi, int(sch.get("multipleOf", 1)), 0)
+    elif typ == "number":
+        slot = NumberSlot(sch)
+    else:  # pragma: no cover - the schema compiler makes no other free leaf
+        raise DeclarationError(f"free values of type {typ!r} have no layout", pointer=f.pointer)
+    if slot.empty():
+        raise DeclarationError("no value satisfies this free field's bounds", pointer=f.pointer, found=sch)
+    return slot
+
+
+def _order(node: Node, value: Any, at: str) -> Any:
+    """``value`` with every object's keys in schema order (for rendering)."""
+    if isinstance(node, Leaf):
+        return value
+    if isinstance(node, ArrayNode):
+        if not isinstance(value, list):
+            raise ValueError(f"{at or '/'}: expected an array, found {value!r}")
+        return [_order(node.items, x, f"{at}/{k}") for k, x in enumerate(value)]
+    if isinstance(node, UnionNode):
+        tag = value.get(node.discriminator) if isinstance(value, dict) else None
+        for t, branch in zip(node.tags, node.branches):
+            if tag is not None and jkey(t) == jkey(tag):
+                return _order(branch, value, at)
+        raise ValueError(f"{at or '/'}: no branch has {node.discriminator} = {tag!r}")
+    if not isinstance(value, dict):
+        raise ValueError(f"{at or '/'}: expected an object, found {value!r}")
+    names = [p.name for p in node.properties]
+    extra = set(value) - set(names)
+    if extra:
+        raise ValueError(f"{at or '/'}: properties not in the schema: {sorted(extra)}")
+    return {p.name: _order(p.node, value[p.name], f"{at}/{escape_token(p.name)}")
+            for p in node.properties if p.name in value}
+
