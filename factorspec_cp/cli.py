@@ -146,7 +146,12 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("--assign", action="append", default=[], metavar="PATH=VALUE",
                            help="assign a field first (VALUE is JSON, or a bare string)")
     b = sub.add_parser("bench", help="benchmarks; results under benchmarks/")
-    b.add_argument("suite", choices=["solve"])
+    b.add_argument("suite", choices=["solve", "coverage"])
+    b.add_argument("--samples", type=int, default=3, help="coverage: random records per compiled schema")
+    b.add_argument("--seed", type=int, default=0, help="coverage: seed of the random records")
+    b.add_argument("--limit", type=int, default=None, help="coverage: schemas per jsonschemabench file (default: all)")
+    b.add_argument("--datasets", default=None, help="coverage: comma-separated substrings of dataset names to keep")
+    b.add_argument("--timeout", type=float, default=20.0, help="coverage: seconds per schema (0: no limit)")
     b.add_argument("--out", default="benchmarks", help="output folder")
     b.add_argument("--per-size", type=int, default=20, help="trip problems per city count")
     b.add_argument("--calendar", type=int, default=100, help="calendar problems")

@@ -106,6 +106,9 @@ class Spec:
 
     def __init__(self, schema: Mapping[str, Any], relations: Sequence[Relation] = (), *,
                  objective: Objective | None = None, table_budget: int | None = None):
+        if not isinstance(schema, Mapping):
+            raise DeclarationError("a declaration's schema must be a JSON object", pointer="#", found=schema,
+                                   hint='boolean schemas have no layout; write {"type": ...}')
         self.schema: dict[str, Any] = {k: copy.deepcopy(v) for k, v in schema.items() if k != "x-factorspec"}
         self.relations = list(relations)
         self.objective = objective

@@ -10,6 +10,9 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.suite == "solve":
         from .solve import run
         return run(args)
+    if args.suite == "coverage":
+        from .coverage import run as run_coverage
+        return run_coverage(args)
     raise SystemExit(f"unknown suite {args.suite!r}")
 
 
