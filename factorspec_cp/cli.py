@@ -171,6 +171,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader (e.g. `| head`) closed the pipe: nothing left to say
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":
