@@ -409,6 +409,7 @@ class _Dfa:
 
     def __init__(self, pattern: str | None, pointer: str, min_len: int, max_len: int | None):
         self.min_len, self.max_len = min_len, max_len
+        self.patterned = pattern is not None
         #: the characters content may use: every scalar value, or ASCII where the pattern's classes and Python's
         #: differ beyond it (negated \D \W \S, inline flags)
         self.ascii = pattern is not None and bool(
@@ -464,6 +465,8 @@ class _Dfa:
 
     def _usable(self, c: str) -> bool:
         o = ord(c)
+        if self.patterned and 0x1C <= o <= 0x1F:
+            return False  # Python's re counts U+001C..U+001F as \s, interegular does not: never emit them
         return not (0xD800 <= o <= 0xDFFF) and (o < 0x80 or not self.ascii)
 
     def class_of(self, c: str) -> Any:
@@ -476,6 +479,8 @@ class _Dfa:
         """The classes of the usable characters in the code point ``ranges``."""
         if self.ascii:
             ranges = [(a, min(b, 0x7F)) for a, b in ranges if a <= 0x7F]
+        if self.patterned:  # leave out U+001C..U+001F (see _usable)
+            ranges = [r for a, b in ranges for r in ((a, min(b, 0x1B)), (max(a, 0x20), b)) if r[0] <= r[1]]
         out = set()
         named = 0
         for a, b in ranges:
