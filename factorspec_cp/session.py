@@ -114,7 +114,7 @@ class Session:
             parent = p.rsplit("/", 1)[0]
             self._siblings[p] = [q for q in scoped if q != p and q.rsplit("/", 1)[0] == parent
                                  and spec.fields[q].values == spec.fields[p].values and spec.fields[p].size > 2]
-        if _check and not self._state().sat:
+        if _check and not self._state()[0].sat:
             raise spec.unsatisfiable()
 
     @property
@@ -170,7 +170,8 @@ class Session:
             self.stats.incomplete += 1
         return out
 
-    def _state(self) -> _State:
+    def _state(self) -> tuple[_State, dict[str, int]]:
+        """The state under the current assignment (solved once for satisfiability) and its fixed value indices."""
         fixed = self._fixed()
         key = tuple(sorted(fixed.items()))
         st = self._states.get(key)
@@ -181,12 +182,12 @@ class Session:
             st.sat = w is not None
             if w is not None:
                 st.add(w)
-        return st
+        return st, fixed
 
     def admissible(self, path: str) -> list[Any]:
         """The values of ``path`` that some valid record extending the current assignment has, in domain order."""
         f = self._field(path)
-        st = self._state()
+        st, fixed = self._state()
         if not st.sat:
             return []
         if path in self._assigned:
@@ -195,7 +196,6 @@ class Session:
             return list(f.values)
         known = st.witnessed.setdefault(path, set())
         refuted = st.refuted.setdefault(path, set())
-        fixed = self._fixed()
         while len(known) + len(refuted) < f.size:
             w = self._solve(self._backend, fixed, excluded={path: sorted(known | refuted)})
             if w is None:
@@ -253,7 +253,7 @@ class Session:
         return out
 
     def is_satisfiable(self) -> bool:
-        return bool(self._state().sat)
+        return bool(self._state()[0].sat)
 
     # -- explanations ------------------------------------------------------------------------------------------------
     def explain(self, path: str | None = None, value: Any = None) -> Explanation:
@@ -346,7 +346,7 @@ def choose_backend(spec: Spec, backend: str | None, instances: Sequence[Instance
 
 def _encoding(spec: Spec, instances: Sequence[Instance], cache: bool) -> Any:
     from .encoders.sat import EncodingTooLarge, SatEncoding
-    if cache and instances is spec.active_instances or cache and list(instances) == spec.active_instances:
+    if cache and list(instances) == spec.active_instances:
         hit = spec._encoded.get("sat")
         if isinstance(hit, EncodingTooLarge):
             raise hit
