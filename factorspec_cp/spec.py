@@ -35,6 +35,7 @@ from .schema import ArrayNode, Field, Leaf, Node, ObjectNode, UnionNode, compile
 if TYPE_CHECKING:
     from .graph import FactorGraph
     from .session import Session
+    from .tokenmap.decoder import Decoder
 
 DEFAULT_TABLE_BUDGET = 100_000
 _TEMPLATE = re.compile(r"\{i([+-]\d+)?\}")
@@ -335,6 +336,17 @@ class Spec:
         """A new incremental session. ``backend``: "sat", "cpsat", "csp", or None for the default choice."""
         from .session import Session
         return Session(self, backend=backend, time_limit=time_limit)
+
+    def decoder(self, vocab: Any, *, style: str | int = "compact", mode: str = "canonical",
+                backend: str | None = None, session: Session | None = None) -> Decoder:
+        """A token-level decoder for one record: exact masks, certain runs, rollback (see
+        :class:`~factorspec_cp.tokenmap.decoder.Decoder`). ``vocab``: a :class:`~factorspec_cp.tokenmap.Vocabulary`
+        (or anything :meth:`Vocabulary.from_tokenizer` takes)."""
+        from .tokenmap import Vocabulary
+        from .tokenmap.decoder import Decoder
+        if not isinstance(vocab, Vocabulary):
+            vocab = Vocabulary.from_tokenizer(vocab)
+        return Decoder(self, vocab, style=style, mode=mode, session=session, backend=backend)
 
     def unsatisfiable(self) -> UnsatisfiableDeclaration:
         from .session import Session

@@ -479,14 +479,45 @@ class Layout:
             return ext, frozenset(follow)
         return frozenset(), ext | frozenset(follow)
 
+    def _flt(self, admissible: Admissible | _Filter | None) -> _Filter | None:
+        if admissible is None or isinstance(admissible, _Filter):
+            return admissible
+        return _Filter(admissible, self._filtered)
+
     # -- public -------------------------------------------------------------------------------------------------
+    def filter(self, admissible: Admissible) -> _Filter:
+        """``admissible`` wrapped once for many calls: each pointer is asked once over the filter's life (use one
+        per solver state). Every method taking ``admissible`` also takes a filter."""
+        return _Filter(admissible, self._filtered)
+
+    def after_free_slot(self, state: State, *, admissible: Admissible | _Filter | None = None) -> State | None:
+        """For a state of one thread inside a free slot: the state right after the slot's value completes there
+        (a free string: after its closing quote), or ``None`` where nothing can follow."""
+        if len(state.threads) != 1:
+            raise ValueError("after_free_slot needs a state of exactly one thread")
+        ((pc, ctr, _), pending), = state.threads
+        if self._code[pc][0] != FREE:
+            raise ValueError("after_free_slot needs a state inside a free slot")
+        threads = {(core, pending) for core, _ in self._enter(pc + 1, ctr, self._flt(admissible))}
+        return _release(threads) if threads else None
+
+    def free_string(self, state: State) -> tuple[StringSlot, Any] | None:
+        """The free string slot and its sub-state, when ``state`` is one thread inside a free string's quotes."""
+        if len(state.threads) != 1:
+            return None
+        ((pc, _, sub), _), = state.threads
+        ins = self._code[pc]
+        if ins[0] == FREE and isinstance(ins[2], StringSlot) and sub[1] == 1:
+            return ins[2], sub
+        return None
+
     def start(self) -> State:
         """The state before the first byte."""
         return self._start
 
-    def advance(self, state: State, data: bytes, *, admissible: Admissible | None = None) -> State | None:
+    def advance(self, state: State, data: bytes, *, admissible: Admissible | _Filter | None = None) -> State | None:
         """The state after ``data``, or ``None`` when no record (with admissible field values) continues so."""
-        flt = _Filter(admissible, self._filtered) if admissible is not None else None
+        flt = self._flt(admissible)
         cur: set[Thread] = set(state.threads)
         for b in data:
             nxt: set[Thread] = set()
@@ -508,10 +539,10 @@ class Layout:
         assignable in a session."""
         return state.events
 
-    def finish(self, state: State, *, admissible: Admissible | None = None) -> tuple[Event, ...] | None:
+    def finish(self, state: State, *, admissible: Admissible | _Filter | None = None) -> tuple[Event, ...] | None:
         """The events of ending the output here (a root scalar completes only at the end), or ``None`` when the
         output cannot end here."""
-        flt = _Filter(admissible, self._filtered) if admissible is not None else None
+        flt = self._flt(admissible)
         for (pc, ctr, sub), pending in state.threads:
             ins = self._code[pc]
             if ins[0] == ACCEPT:
@@ -525,13 +556,13 @@ class Layout:
                     return pending + ev
         return None
 
-    def accepting(self, state: State, *, admissible: Admissible | None = None) -> bool:
+    def accepting(self, state: State, *, admissible: Admissible | _Filter | None = None) -> bool:
         """Whether the bytes so far are a whole record."""
         return self.finish(state, admissible=admissible) is not None
 
-    def allowed_next_bytes(self, state: State, *, admissible: Admissible | None = None) -> frozenset[int]:
+    def allowed_next_bytes(self, state: State, *, admissible: Admissible | _Filter | None = None) -> frozenset[int]:
         """Every byte ``b`` with ``advance(state, bytes([b]))`` not ``None``."""
-        flt = _Filter(admissible, self._filtered) if admissible is not None else None
+        flt = self._flt(admissible)
         out: set[int] = set()
         for core in state.cores:
             sure, check = self._next(core)
@@ -542,8 +573,9 @@ class Layout:
                 out.update(b for b in check - out if self._step(core, b, flt))
         return frozenset(out)
 
-    def forced(self, state: State, *, admissible: Admissible | None = None, limit: int = 4096) -> bytes:
+    def forced(self, state: State, *, admissible: Admissible | _Filter | None = None, limit: int = 4096) -> bytes:
         """The bytes every continuation of ``state`` starts with (stops where the output may end)."""
+        admissible = self._flt(admissible)
         out = bytearray()
         while len(out) < limit and not self.accepting(state, admissible=admissible):
             nxt = self.allowed_next_bytes(state, admissible=admissible)
@@ -566,10 +598,10 @@ class Layout:
             return None
         return min(slots, key=lambda s: (s.kind, s.pointer, s.typed))
 
-    def candidates(self, state: State, *, admissible: Admissible | None = None) -> list[Any]:
+    def candidates(self, state: State, *, admissible: Admissible | _Filter | None = None) -> list[Any]:
         """The values of the current field slot still consistent with the bytes typed (and ``admissible``), in
         domain order; empty outside a field slot."""
-        flt = _Filter(admissible, self._filtered) if admissible is not None else None
+        flt = self._flt(admissible)
         out, seen = [], set()
         for pc, ctr, sub in sorted(state.cores, key=lambda c: c[0]):
             ins = self._code[pc]

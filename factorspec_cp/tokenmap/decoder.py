@@ -1,0 +1,677 @@
+"""The decoder: exact token masks and certain runs for one record (DESIGN.md, Tokens).
+
+A :class:`Decoder` joins a declaration's canonical :class:`~.layout.Layout`, an incremental solver
+:class:`~factorspec_cp.session.Session` and a :class:`~.vocab.Vocabulary`. At every position it says which token
+ids keep the output on a valid record (``fill_mask``: a packed int32 row in XGrammar's layout) and which run of
+tokens the declaration makes certain (``certain_run``); ``consume`` drives the session as field values complete,
+and ``rollback`` undoes any number of tokens.
+
+How a mask is computed: the vocabulary's content tokens are sorted by their bytes, so the tokens that start with a
+given prefix form one range. A walk from the current state descends that implicit trie one byte at a time, only
+along bytes the layout admits (field slots filtered by the session's admissible values), and admits every token
+whose bytes it reaches. A token that completes a field value and runs on into the next slot is checked against
+that slot's admissible set *given* the value (a nested solver query). Inside a free string the walk would visit
+most of the vocabulary, so there the tokens run through the string's automaton as one numpy pass per column of
+the token byte matrix (cached per automaton state); those that close the string are grouped by what follows the
+closing quote and checked once per group. Exact masks are cached per (layout state, solver assignment), shared by
+every decoder of the same declaration, vocabulary and style.
+
+>>> import factorspec_cp as fs
+>>> from factorspec_cp.tokenmap import Vocabulary
+>>> spec = fs.Spec({"type": "object", "required": ["a", "b"], "properties": {
+...     "a": {"type": "integer", "minimum": 1, "maximum": 3},
+...     "b": {"type": "integer", "minimum": 1, "maximum": 3}}},
+...     [fs.Linear([[1, "/a"], [1, "/b"]], "==", 4)])
+>>> vocab = Vocabulary.smollm2()
+>>> dec = spec.decoder(vocab)
+>>> [vocab.token_bytes(t) for t in dec.certain_run(8)]
+[b'{"', b'a', b'":']
+>>> for t in dec.certain_run(8):
+...     dec.consume(t)
+>>> [vocab.token_bytes(t) for t in dec.allowed_tokens()]  # a space: SmolLM2 spells digits alone
+[b' ']
+>>> dec.consume(vocab.encode(" ")[0])
+>>> sorted(vocab.token_bytes(t) for t in dec.allowed_tokens())
+[b'1', b'2', b'3']
+>>> dec.consume(vocab.encode("3")[0])
+>>> [vocab.token_bytes(t) for t in dec.certain_run(8)]
+[b',', b' "', b'b', b'":', b' ', b'1', b'}', None]
+>>> for t in dec.certain_run(8):
+...     dec.consume(t)
+>>> dec.is_terminated(), dec.record()
+(True, {'a': 3, 'b': 1})
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from bisect import bisect_left
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .freeslot import StringSlot
+from .layout import Layout, State
+from .vocab import Vocabulary
+
+if TYPE_CHECKING:
+    from ..session import Session
+    from ..spec import Spec
+
+__all__ = ["Decoder", "TokenRejected", "TokenIndex", "mask_words", "mask_to_ids"]
+
+MODES = ("canonical", "exact")
+_DEAD, _EXIT = -1, -2
+
+
+class TokenRejected(ValueError):
+    """A token that no valid record continues with at this position (or, in canonical mode, not the certain
+    token)."""
+
+
+def mask_words(size: int) -> int:
+    """The int32 words of a mask row over ``size`` token ids: ``ceil(size / 32)``."""
+    return (size + 31) // 32
+
+
+def mask_to_ids(row: np.ndarray, size: int | None = None) -> np.ndarray:
+    """The token ids a packed mask row admits (bit ``t % 32`` of word ``t // 32``)."""
+    bits = np.unpackbits(np.ascontiguousarray(row, dtype="<i4").view(np.uint8), bitorder="little")
+    if size is not None:
+        bits = bits[:size]
+    return np.flatnonzero(bits)
+
+
+def _pack(ids: np.ndarray, size: int) -> np.ndarray:
+    bits = np.zeros(mask_words(size) * 32, dtype=bool)
+    bits[ids] = True
+    return np.packbits(bits, bitorder="little").view("<i4")
+
+
+# --------------------------------------------------------------------------------------------------------- tokens
+class TokenIndex:
+    """A vocabulary's content tokens sorted by bytes: the tokens sharing a prefix are one range ``[lo, hi)``.
+
+    ``ids[k]`` is the id of the ``k``-th token in byte order; ``matrix`` (built on first use) holds the tokens'
+    bytes row by row, zero-padded, with ``lengths``, for vectorized runs through a slot automaton.
+    """
+
+    def __init__(self, vocab: Vocabulary):
+        pairs = sorted((t, i) for i, t in enumerate(vocab.tokens) if t)
+        self.toks: list[bytes] = [t for t, _ in pairs]
+        self.ids = np.array([i for _, i in pairs], dtype=np.int64)
+        self.size = vocab.size
+        self._matrix: np.ndarray | None = None
+        self.lengths = np.array([len(t) for t in self.toks], dtype=np.int32)
+
+    @classmethod
+    def of(cls, vocab: Vocabulary) -> TokenIndex:
+        """The index of ``vocab``, built once per vocabulary object."""
+        idx = getattr(vocab, "_token_index", None)
+        if idx is None:
+            idx = cls(vocab)
+            vocab._token_index = idx  # type: ignore[attr-defined]
+        return idx
+
+    @property
+    def matrix(self) -> np.ndarray:
+        if self._matrix is None:
+            width = int(self.lengths.max()) if len(self.toks) else 1
+            flat = np.frombuffer(b"".join(t.ljust(width, b"\0") for t in self.toks), dtype=np.uint8)
+            self._matrix = flat.reshape(len(self.toks), width)
+        return self._matrix
+
+    def span(self, prefix: bytes, lo: int = 0, hi: int | None = None) -> tuple[int, int]:
+        """The range of tokens starting with ``prefix`` (within ``[lo, hi)``)."""
+        hi = len(self.toks) if hi is None else hi
+        a = bisect_left(self.toks, prefix, lo, hi)
+        n = len(prefix)
+        # the tokens starting with prefix are those >= prefix and < prefix with its last byte incremented
+        k = n
+        while k > 0 and prefix[k - 1] == 0xFF:
+            k -= 1
+        b = hi if k == 0 else bisect_left(self.toks, prefix[:k - 1] + bytes((prefix[k - 1] + 1,)), a, hi)
+        return a, b
+
+    def crosses(self, text: bytes) -> bool:
+        """Whether some token is longer than ``text`` and starts with it (could merge with what follows)."""
+        a, b = self.span(text)
+        return b - a > (1 if a < b and self.toks[a] == text else 0)
+
+
+# ------------------------------------------------------------------------------------------------ free strings
+class _StringRuns:
+    """All tokens run through one free string's automaton at once (numpy over the token byte matrix).
+
+    A reduced state is ``(pattern state, pending bytes)``; the character count is kept apart, so one run serves
+    every length and the ``minLength``/``maxLength`` checks are applied per mask (liveness is monotone along a
+    path: a token is admitted iff its end state is live)."""
+
+    def __init__(self, slot: StringSlot, index: TokenIndex):
+        self.slot, self.index = slot, index
+        self.cores: list[tuple[Any, bytes]] = []
+        self.partial: list[frozenset[Any]] = []  # classes that complete a state's pending bytes
+        self.rid: dict[tuple[Any, bytes], int] = {}
+        self.trans: dict[int, tuple[int, int]] = {}  # rid * 256 + byte -> (rid' | _DEAD | _EXIT, chars added)
+        self.runs: OrderedDict[Any, dict[str, np.ndarray]] = OrderedDict()
+
+    def _id(self, core: tuple[Any, bytes], partial: frozenset[Any] = frozenset()) -> int:
+        k = self.rid.get(core)
+        if k is None:
+            k = self.rid[core] = len(self.cores)
+            self.cores.append(core)
+            self.partial.append(partial)
+        return k
+
+    def _step(self, key: int) -> tuple[int, int]:
+        hit = self.trans.get(key)
+        if hit is not None:
+            return hit
+        rid, b = divmod(key, 256)
+        s, pending = self.cores[rid]
+        dfa = self.slot.dfa
+        entry = self.slot._table(pending).get(b)
+        out = (_DEAD, 0)
+        if entry is not None:
+            kind, cls, nxt = entry
+            if kind == "close":
+                out = (_EXIT, 0)
+            elif kind == "char":
+                t = dfa.trans[s].get(cls)
+                if t is not None:
+                    out = (self._id((t, b"")), 1)
+            elif cls & dfa.trans[s].keys():
+                out = (self._id((s, nxt), frozenset(cls)), 0)
+        self.trans[key] = out
+        return out
+
+    def run(self, core: tuple[Any, bytes], lo: int, hi: int, d: int) -> dict[str, np.ndarray]:
+        """Run tokens ``[lo, hi)`` from byte ``d`` on, starting in ``core``. Returns positions (into the index) and,
+        for those still inside: end state and characters added; for those that close the string: the column of
+        the closing quote, the state before it and the characters before it."""
+        key = (core, lo, hi, d)
+        hit = self.runs.get(key)
+        if hit is not None:
+            self.runs.move_to_end(key)
+            return hit
+        idx = self.index
+        rows = np.arange(lo, hi)
+        rows = rows[idx.lengths[rows] > d]
+        state = np.full(len(rows), self._id(core), dtype=np.int64)
+        chars = np.zeros(len(rows), dtype=np.int64)
+        alive = np.ones(len(rows), dtype=bool)
+        exit_col = np.full(len(rows), -1, dtype=np.int64)
+        mat, lengths = idx.matrix, idx.lengths[rows]
+        col = d
+        while True:
+            act = np.flatnonzero(alive & (lengths > col) & (exit_col < 0))
+            if not len(act):
+                break
+            keys = state[act] * 256 + mat[rows[act], col]
+            uniq, inv = np.unique(keys, return_inverse=True)
+            res = np.array([self._step(int(k)) for k in uniq], dtype=np.int64).reshape(-1, 2)
+            nxt, inc = res[inv, 0], res[inv, 1]
+            dead = nxt == _DEAD
+            alive[act[dead]] = False
+            ex = nxt == _EXIT
+            exit_col[act[ex]] = col
+            go = ~dead & ~ex
+            state[act[go]] = nxt[go]
+            chars[act[go]] += inc[go]
+            col += 1
+        inside = alive & (exit_col < 0)
+        out = {"in_pos": rows[inside], "in_state": state[inside], "in_chars": chars[inside],
+               "ex_pos": rows[alive & (exit_col >= 0)], "ex_col": exit_col[alive & (exit_col >= 0)],
+               "ex_state": state[alive & (exit_col >= 0)], "ex_chars": chars[alive & (exit_col >= 0)]}
+        self.runs[key] = out
+        if len(self.runs) > 256:
+            self.runs.popitem(last=False)
+        return out
+
+    def live(self, rid: int, n: int) -> bool:
+        s, pending = self.cores[rid]
+        dfa = self.slot.dfa
+        if pending:
+            return bool(self.partial[rid] & dfa.live_classes(s, n))
+        return dfa.live(s, n)
+
+    def closes(self, rid: int, n: int) -> bool:
+        s, pending = self.cores[rid]
+        dfa = self.slot.dfa
+        return (not pending and s in dfa.finals and n >= dfa.min_len
+                and (dfa.max_len is None or n <= dfa.max_len))
+
+
+# ------------------------------------------------------------------------------------------------------ compiled
+class _Compiled:
+    """What every decoder of one (declaration, vocabulary, style) shares: the layout, the token index, the free
+    string runs and the caches of exact masks and certain runs."""
+
+    def __init__(self, spec: Spec, vocab: Vocabulary, indent: int | None):
+        self.spec, self.vocab, self.indent = spec, vocab, indent
+        self.layout = Layout(spec, indent=indent)
+        self.index = TokenIndex.of(vocab)
+        self.words = mask_words(vocab.size)
+        self.eos = np.array(vocab.eos_token_ids, dtype=np.int64)
+        self.strings: dict[int, _StringRuns] = {}
+        self.masks: OrderedDict[Any, np.ndarray] = OrderedDict()
+        self.plans: OrderedDict[Any, tuple[int, ...]] = OrderedDict()
+        self.suffixes: OrderedDict[Any, bool] = OrderedDict()
+
+    def string_runs(self, slot: StringSlot) -> _StringRuns:
+        runs = self.strings.get(id(slot))
+        if runs is None:
+            runs = self.strings[id(slot)] = _StringRuns(slot, self.index)
+        return runs
+
+
+def _remember(cache: OrderedDict[Any, Any], key: Any, value: Any, limit: int) -> Any:
+    cache[key] = value
+    if len(cache) > limit:
+        cache.popitem(last=False)
+    return value
+
+
+@dataclass
+class DecoderStats:
+    """Where the decoder's time went (seconds) and how often caches answered."""
+
+    mask_seconds: float = 0.0
+    masks: int = 0
+    mask_hits: int = 0
+    consume_seconds: float = 0.0
+    plan_seconds: float = 0.0
+    solver_seconds: float = 0.0
+    walk_nodes: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+
+
+@dataclass
+class _Frame:
+    """One position: the layout state, whether the session got a push for it, and the certain run planned."""
+
+    state: State
+    pushed: bool
+    plan: tuple[int, ...] | None = None
+    terminated: bool = False
+    token: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------------------------------- decoder
+class Decoder:
+    """Exact token masks and certain runs for one record. Create with :meth:`Spec.decoder`.
+
+    Parameters
+    ----------
+    spec, vocab
+        The declaration and the model's vocabulary (mask rows cover ``vocab.size`` ids).
+    style
+        ``"compact"`` (``", "``/``": "`` separators) or an integer indent (``json.dumps(indent=N)``).
+    mode
+        ``"canonical"`` (default): at a certain position the mask admits exactly the planned draft token, so a
+        verify step always accepts it; ``"exact"``: every tokenization of a valid record is admitted.
+    session
+        The solver session to drive (default: a new one on the default backend).
+    """
+
+    def __init__(self, spec: Spec, vocab: Vocabulary, *, style: str | int = "compact", mode: str = "canonical",
+                 session: Session | None = None, backend: str | None = None):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+        indent = _indent(style)
+        cache = spec.__dict__.setdefault("_decoders", {})
+        key = (id(vocab), indent)
+        compiled = cache.get(key)
+        if compiled is None or compiled.vocab is not vocab:
+            compiled = cache[key] = _Compiled(spec, vocab, indent)
+        self.spec, self.vocab, self.mode = spec, vocab, mode
+        self._c = compiled
+        self.layout = compiled.layout
+        self.session = session if session is not None else spec.session(backend)
+        self._fields = spec.fields
+        self._frames = [_Frame(self.layout.start(), pushed=False)]
+        self.stats = DecoderStats()
+        self._eos = set(vocab.eos_token_ids)
+
+    def __repr__(self) -> str:
+        return (f"Decoder({self.vocab.name}, {self.mode}, {len(self._frames) - 1} tokens"
+                f"{', terminated' if self.is_terminated() else ''})")
+
+    # -- the session, seen through the layout -------------------------------------------------------------------
+    def _key(self) -> tuple[tuple[str, int], ...]:
+        return tuple(sorted(self.session._fixed().items()))
+
+    def _admissible(self, ctx: tuple[tuple[str, Any], ...] = ()) -> Any:
+        """A layout filter: the session's admissible values, given the extra field values ``ctx``."""
+        session, fields = self.session, self._fields
+        extra = [(p, v) for p, v in ctx if p in fields]
+
+        def fn(p: str) -> Any:
+            if p not in fields:
+                return None
+            t = time.perf_counter()
+            try:
+                if not extra:
+                    return session.admissible(p)
+                session.push()
+                try:
+                    for q, v in extra:
+                        session.assign(q, v)
+                    return session.admissible(p)
+                finally:
+                    session.pop()
+            finally:
+                self.stats.solver_seconds += time.perf_counter() - t
+
+        return self.layout.filter(fn)
+
+    # -- masks --------------------------------------------------------------------------------------------------
+    def _exact_ids(self, state: State) -> np.ndarray:
+        """The ids of every token whose bytes some valid record continues with, and EOS where it may end."""
+        c, layout, index = self._c, self.layout, self._c.index
+        toks = index.toks
+        filters: dict[tuple[Any, ...], Any] = {(): self._admissible()}
+        parts: list[np.ndarray] = []
+        singles: list[int] = []
+
+        def flt(ctx: tuple[Any, ...]) -> Any:
+            f = filters.get(ctx)
+            if f is None:
+                f = filters[ctx] = self._admissible(ctx)
+            return f
+
+        stack: list[tuple[int, int, int, State, tuple[Any, ...]]] = [(0, 0, len(toks), state, ())]
+        nodes = 0
+        while stack:
+            d, lo, hi, st, ctx = stack.pop()
+            nodes += 1
+            if d:
+                prefix = toks[lo][:d]
+                if len(toks[lo]) == d:
+                    singles.append(lo)
+                    lo += 1
+                    if lo >= hi:
+                        continue
+            else:
+                prefix = b""
+            fs = layout.free_string(st)
+            if fs is not None:
+                parts.append(self._string_positions(fs, st, lo, hi, d, ctx, flt))
+                continue
+            f = flt(ctx)
+            for b in sorted(layout.allowed_next_bytes(st, admissible=f)):
+                a, z = index.span(prefix + bytes((b,)), lo, hi)
+                if a >= z:
+                    continue
+                st2 = layout.advance(st, bytes((b,)), admissible=f)
+                if st2 is None:
+                    continue
+                ctx2 = ctx + st2.events if st2.events else ctx
+                stack.append((d + 1, a, z, st2, ctx2))
+        self.stats.walk_nodes += nodes
+        pos = np.concatenate([np.array(singles, dtype=np.int64), *parts]) if parts else np.array(singles, np.int64)
+        ids = index.ids[pos]
+        if layout.finish(state, admissible=filters[()]) is not None:
+            ids = np.concatenate([ids, c.eos])
+        return ids
+
+    def _string_positions(self, fs: tuple[StringSlot, Any], st: State, lo: int, hi: int, d: int,
+                          ctx: tuple[Any, ...], flt: Any) -> np.ndarray:
+        """Inside a free string: the positions in ``[lo, hi)`` (tokens sharing ``d`` bytes) that stay valid."""
+        slot, sub = fs
+        _, _, s, n, pending = sub
+        runs = self._c.string_runs(slot)
+        r = runs.run((s, pending), lo, hi, d)
+        keep = [np.empty(0, dtype=np.int64)]
+        if len(r["in_pos"]):
+            ok = _pairwise(r["in_state"], r["in_chars"], lambda rid, k: runs.live(rid, n + k))
+            keep.append(r["in_pos"][ok])
+        if len(r["ex_pos"]):
+            ok = _pairwise(r["ex_state"], r["ex_chars"], lambda rid, k: runs.closes(rid, n + k))
+            pos, cols = r["ex_pos"][ok], r["ex_col"][ok]
+            if len(pos):
+                f = flt(ctx)
+                after = self.layout.after_free_slot(st, admissible=f)
+                if after is not None:
+                    toks = self._c.index.toks
+                    verdict: dict[bytes, bool] = {}
+                    good = np.zeros(len(pos), dtype=bool)
+                    for k, (p, col) in enumerate(zip(pos.tolist(), cols.tolist())):
+                        rest = toks[p][col + 1:]
+                        ok2 = verdict.get(rest)
+                        if ok2 is None:
+                            ok2 = verdict[rest] = self._suffix_ok(after, rest, ctx, f)
+                        good[k] = ok2
+                    keep.append(pos[good])
+        return np.concatenate(keep)
+
+    def _suffix_ok(self, after: State, rest: bytes, ctx: tuple[Any, ...], f: Any) -> bool:
+        if not rest:
+            return True
+        key = (after, rest, ctx, self._key())
+        hit = self._c.suffixes.get(key)
+        if hit is None:
+            hit = _remember(self._c.suffixes, key, self._advance_checked(after, rest, ctx) is not None, 100_000)
+        return hit
+
+    def _advance_checked(self, st: State, data: bytes, ctx: tuple[Any, ...]) -> State | None:
+        """Advance over ``data`` with every completed value conditioning the admissible sets after it."""
+        ctx = tuple(ctx)
+        for b in data:
+            st2 = self.layout.advance(st, bytes((b,)), admissible=self._admissible(ctx))
+            if st2 is None:
+                return None
+            if st2.events:
+                ctx = ctx + st2.events
+            st = st2
+        return st
+
+    def _exact_row(self) -> np.ndarray:
+        frame = self._frames[-1]
+        if frame.terminated:
+            return np.zeros(self._c.words, dtype=np.int32)
+        key = (frame.state, self._key())
+        row = self._c.masks.get(key)
+        if row is not None:
+            self._c.masks.move_to_end(key)
+            self.stats.mask_hits += 1
+            return row
+        row = _pack(self._exact_ids(frame.state), self.vocab.size)
+        return _remember(self._c.masks, key, row, 2048)
+
+    def fill_mask(self, row: np.ndarray) -> None:
+        """Write the admitted token ids into ``row``: int32, ``ceil(vocab.size / 32)`` words, bit ``t % 32`` of word
+        ``t // 32`` (XGrammar's layout). After termination nothing is admitted."""
+        t = time.perf_counter()
+        if row.shape != (self._c.words,) or row.dtype != np.int32:
+            raise ValueError(f"a mask row is int32 of shape ({self._c.words},), not {row.dtype} {row.shape}")
+        plan = self._plan() if self.mode == "canonical" and not self._frames[-1].terminated else ()
+        if plan:
+            row[:] = 0
+            row[plan[0] >> 5] = np.int32(np.uint32(1 << (plan[0] & 31)).view(np.int32))
+        else:
+            row[:] = self._exact_row()
+        self.stats.masks += 1
+        self.stats.mask_seconds += time.perf_counter() - t
+
+    def allowed_tokens(self) -> np.ndarray:
+        """The admitted ids as a sorted array (what :meth:`fill_mask` writes)."""
+        row = np.zeros(self._c.words, dtype=np.int32)
+        self.fill_mask(row)
+        return mask_to_ids(row, self.vocab.size)
+
+    # -- certain runs -------------------------------------------------------------------------------------------
+    def _plan(self) -> tuple[int, ...]:
+        frame = self._frames[-1]
+        if frame.plan is None:
+            t = time.perf_counter()
+            key = (frame.state, self._key())
+            plan = self._c.plans.get(key)
+            if plan is None:
+                plan = _remember(self._c.plans, key, self._compute_plan(frame.state), 4096)
+            frame.plan = plan
+            self.stats.plan_seconds += time.perf_counter() - t
+        return frame.plan
+
+    def _compute_plan(self, state: State) -> tuple[int, ...]:
+        """The canonical tokens of the bytes every valid continuation starts with, stopped before a token that
+        could merge with what follows; EOS after them when the record then ends."""
+        layout, index = self.layout, self._c.index
+        # the forced bytes, each value completed on the way conditioning what follows it
+        ctx: tuple[Any, ...] = ()
+        f = self._admissible()
+        out = bytearray()
+        st = state
+        while not layout.accepting(st, admissible=f):
+            nxt = layout.allowed_next_bytes(st, admissible=f)
+            if len(nxt) != 1:
+                break
+            b = next(iter(nxt))
+            out.append(b)
+            st = layout.advance(st, bytes((b,)), admissible=f)  # type: ignore[assignment]
+            if st.events:
+                ctx += st.events
+                f = self._admissible(ctx)
+        forced = bytes(out)
+        end = layout.accepting(st, admissible=f) and not layout.allowed_next_bytes(st, admissible=f)
+        if not forced:
+            return (self.vocab.eos_token_ids[0],) if end and self.vocab.eos_token_ids else ()
+        text, cut = _utf8_prefix(forced)
+        if not text:
+            return ()
+        end = end and cut == len(forced)
+        ids = self.vocab.encode(text)
+        plan: list[int] = []
+        at = 0
+        data = forced[:cut]
+        for t in ids:
+            tb = self.vocab.tokens[t]
+            if tb is None or data[at:at + len(tb)] != tb:
+                break  # the canonical encoding does not spell the bytes token by token: stop here
+            if not end and index.crosses(data[at:]):
+                break  # a longer token starting here could run into what follows
+            plan.append(t)
+            at += len(tb)
+        if end and at == len(data) and self.vocab.eos_token_ids:
+            plan.append(self.vocab.eos_token_ids[0])
+        return tuple(plan)
+
+    def certain_run(self, max_tokens: int = 64) -> list[int]:
+        """The tokens certain from here (the draft), at most ``max_tokens``; ends with EOS when the record then
+        ends. Consuming them in order is always admitted."""
+        if self._frames[-1].terminated or max_tokens <= 0:
+            return []
+        return list(self._plan()[:max_tokens])
+
+    # -- consuming ----------------------------------------------------------------------------------------------
+    def consume(self, token: int) -> None:
+        """Append ``token``; raises :class:`TokenRejected` (and changes nothing) when the mask does not admit it."""
+        t0 = time.perf_counter()
+        frame = self._frames[-1]
+        if frame.terminated:
+            raise TokenRejected("the record is already terminated")
+        token = int(token)
+        plan = self._plan() if self.mode == "canonical" else frame.plan
+        if self.mode == "canonical" and plan and token != plan[0]:
+            raise TokenRejected(f"token {token} at a certain position (the certain token is {plan[0]})")
+        rest = plan[1:] if plan and token == plan[0] else None
+        if token in self._eos and self.vocab.tokens[token] is None:
+            if self.layout.finish(frame.state, admissible=self._admissible()) is None:
+                raise TokenRejected("end of sequence before the record is complete")
+            self._frames.append(_Frame(frame.state, pushed=False, plan=(), terminated=True, token=token))
+            self.stats.consume_seconds += time.perf_counter() - t0
+            return
+        data = self.vocab.token_bytes(token)
+        if data is None:
+            raise TokenRejected(f"token {token} is a special token, not record content")
+        self.session.push()
+        st: State | None = frame.state
+        try:
+            for b in data:
+                st = self.layout.advance(st, bytes((b,)), admissible=self._admissible())  # type: ignore[arg-type]
+                if st is None:
+                    raise TokenRejected(f"token {token} ({data!r}) leaves every valid record")
+                for p, v in st.events:
+                    if p in self._fields:
+                        self.session.assign(p, v)
+        except BaseException:
+            self.session.pop()
+            raise
+        self._frames.append(_Frame(st, pushed=True, plan=rest or None, token=token))  # type: ignore[arg-type]
+        self.stats.consume_seconds += time.perf_counter() - t0
+
+    def rollback(self, k: int = 1) -> None:
+        """Undo the last ``k`` tokens (any depth within the request)."""
+        if k < 0 or k > len(self._frames) - 1:
+            raise ValueError(f"cannot roll back {k} tokens: {len(self._frames) - 1} consumed")
+        for _ in range(k):
+            frame = self._frames.pop()
+            if frame.pushed:
+                self.session.pop()
+
+    # -- state --------------------------------------------------------------------------------------------------
+    @property
+    def tokens(self) -> list[int]:
+        """The tokens consumed, in order."""
+        return [f.token for f in self._frames[1:]]  # type: ignore[misc]
+
+    def output(self) -> bytes:
+        """The record bytes written so far (EOS excluded)."""
+        return b"".join(self.vocab.tokens[f.token] or b"" for f in self._frames[1:] if not f.terminated)
+
+    def is_terminated(self) -> bool:
+        """Whether EOS was consumed (the record is complete)."""
+        return self._frames[-1].terminated
+
+    def is_complete(self) -> bool:
+        """Whether the output so far is a whole record (EOS would be admitted)."""
+        frame = self._frames[-1]
+        return frame.terminated or self.layout.finish(frame.state, admissible=self._admissible()) is not None
+
+    def record(self) -> Any:
+        """The record, once complete."""
+        if not self.is_complete():
+            raise ValueError("the record is not complete yet")
+        return json.loads(self.output())
+
+
+# ---------------------------------------------------------------------------------------------------------- helpers
+def _indent(style: str | int | None) -> int | None:
+    if style is None or style == "compact":
+        return None
+    if isinstance(style, int) and not isinstance(style, bool) and style >= 0:
+        return style
+    if isinstance(style, str) and style.startswith("indent=") and style[7:].isdigit():
+        return int(style[7:])
+    raise ValueError(f"style must be 'compact', an indent N >= 0 or 'indent=N', not {style!r}")
+
+
+def _pairwise(a: np.ndarray, b: np.ndarray, fn: Any) -> np.ndarray:
+    """``fn(a[i], b[i])`` for every i, evaluated once per distinct pair."""
+    keys = a * (1 << 20) + b
+    uniq, inv = np.unique(keys, return_inverse=True)
+    vals = np.array([bool(fn(int(u >> 20), int(u & ((1 << 20) - 1)))) for u in uniq], dtype=bool)
+    return vals[inv]
+
+
+def _utf8_prefix(data: bytes) -> tuple[str, int]:
+    """The longest prefix of ``data`` that is whole UTF-8 characters, decoded, and its length in bytes."""
+    for cut in range(len(data), max(-1, len(data) - 4), -1):
+        try:
+            return data[:cut].decode("utf-8"), cut
+        except UnicodeDecodeError:
+            continue
+    return "", 0
+
+
+def decode_all(decoder: Decoder, tokens: Sequence[int]) -> None:
+    """Consume ``tokens`` in order."""
+    for t in tokens:
+        decoder.consume(t)

@@ -1,0 +1,259 @@
+"""The decoder against brute force: every valid record rendered, every token tried.
+
+For small finite declarations the set of valid records is enumerated here without the solver (schema instances
+from a small recursive enumerator, relations evaluated by ``tests/bruteforce.py``), rendered as ``json.dumps``
+would, and the exact mask at a typed prefix P is then, by definition, every token t such that some rendering
+starts with P + t, plus EOS when P itself is a rendering. The canonical mask is recomputed independently too: the
+bytes every remaining rendering starts with, tokenized canonically, cut before a token that some longer token
+could extend past those bytes. Walks pick uniformly among the admitted tokens (all three real tokenizers, both
+modes, compact and indented) and compare at every position, with rollbacks along the way.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import factorspec_cp as fs
+from factorspec_cp.tokenmap import Vocabulary
+from factorspec_cp.tokenmap.decoder import TokenRejected, mask_to_ids, mask_words
+
+_spec = importlib.util.spec_from_file_location("bruteforce", Path(__file__).with_name("bruteforce.py"))
+bruteforce = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
+sys.modules.setdefault("bruteforce", bruteforce)
+_spec.loader.exec_module(bruteforce)  # type: ignore[union-attr]
+
+DECLS: dict[str, dict[str, Any]] = {
+    "sum": {"type": "object", "required": ["a", "b"], "properties": {
+        "a": {"type": "integer", "minimum": 1, "maximum": 3}, "b": {"type": "integer", "minimum": 1, "maximum": 3}},
+        "x-factorspec": {"relations": [{"kind": "linear", "terms": [[1, "/a"], [1, "/b"]], "op": "==", "rhs": 4}]}},
+    "trip": {"type": "object", "required": ["plan"], "properties": {"plan": {
+        "type": "array", "minItems": 3, "maxItems": 3, "items": {
+            "type": "object", "required": ["city", "days"], "properties": {
+                "city": {"enum": ["Riga", "Rome", "Zürich", "東京"]},
+                "days": {"type": "integer", "minimum": 1, "maximum": 12}}}}},
+        "x-factorspec": {"relations": [
+            {"kind": "all_different", "fields": ["/plan/0/city", "/plan/1/city", "/plan/2/city"]},
+            {"kind": "linear", "terms": [[1, "/plan/0/days"], [1, "/plan/1/days"], [1, "/plan/2/days"]],
+             "op": "==", "rhs": 14},
+            {"kind": "implies", "if": [{"field": "/plan/0/city", "op": "==", "value": "Rome"}],
+             "then": {"kind": "compare", "left": "/plan/0/days", "op": ">=", "right": 10}}]}},
+    "optional": {"type": "object", "required": ["kind", "n"], "properties": {
+        "kind": {"enum": ["a", "b", "ab"]}, "note": {"enum": ["x", "yy", "\"q\""]},
+        "n": {"type": "integer", "minimum": 0, "maximum": 120, "multipleOf": 7}, "ok": {"type": "boolean"}},
+        "x-factorspec": {"relations": [
+            {"kind": "implies", "if": [{"field": "/kind", "op": "==", "value": "a"}],
+             "then": {"kind": "compare", "left": "/n", "op": ">=", "right": 100}}]}},
+    "lists": {"type": "object", "required": ["xs", "flag"], "properties": {
+        "xs": {"type": "array", "minItems": 0, "maxItems": 3, "items": {"enum": [1, 12, "1", None]}},
+        "flag": {"type": "boolean"}}},
+    "union": {"type": "object", "required": ["shape"], "properties": {"shape": {"oneOf": [
+        {"type": "object", "required": ["t", "r"], "properties": {
+            "t": {"const": "circle"}, "r": {"type": "integer", "minimum": 1, "maximum": 9}}},
+        {"type": "object", "required": ["t", "w", "h"], "properties": {
+            "t": {"const": "rect"}, "w": {"enum": [1, 2]}, "h": {"enum": [1, 2]}}}]}}},
+}
+
+
+# ----------------------------------------------------------------------------------------- independent enumerator
+def instances(schema: dict[str, Any]) -> list[Any]:
+    """Every JSON instance of a small schema (object/array/enum/const/boolean/bounded integer/oneOf)."""
+    if "oneOf" in schema:
+        return [x for s in schema["oneOf"] for x in instances(s)]
+    if "const" in schema:
+        return [schema["const"]]
+    if "enum" in schema:
+        return list(schema["enum"])
+    t = schema.get("type")
+    if t == "boolean":
+        return [False, True]
+    if t == "integer":
+        step = schema.get("multipleOf", 1)
+        return [x for x in range(schema["minimum"], schema["maximum"] + 1) if x % step == 0]
+    if t == "array":
+        items = instances(schema["items"])
+        return [list(c) for n in range(schema["minItems"], schema["maxItems"] + 1)
+                for c in itertools.product(items, repeat=n)]
+    if t == "object":
+        props = schema["properties"]
+        req = set(schema.get("required", ()))
+        choices = []
+        for name, sub in props.items():
+            opts = [(name, v) for v in instances(sub)]
+            choices.append(opts if name in req else [None, *opts])
+        return [{kv[0]: kv[1] for kv in combo if kv is not None} for combo in itertools.product(*choices)]
+    raise ValueError(schema)
+
+
+def flatten(x: Any, at: str = "") -> dict[str, Any]:
+    if isinstance(x, dict):
+        return {k: v for name, sub in x.items() for k, v in flatten(sub, f"{at}/{name}").items()}
+    if isinstance(x, list):
+        return {k: v for i, sub in enumerate(x) for k, v in flatten(sub, f"{at}/{i}").items()}
+    return {at: x}
+
+
+def renderings(doc: dict[str, Any], indent: int | None) -> set[bytes]:
+    schema = {k: v for k, v in doc.items() if k != "x-factorspec"}
+    rels = doc.get("x-factorspec", {}).get("relations", [])
+    out = set()
+    for rec in instances(schema):
+        flat = flatten(rec)
+        if all(bruteforce.evaluate(r, flat) for r in rels):
+            if indent is None:
+                out.add(json.dumps(rec, separators=(", ", ": "), ensure_ascii=False).encode())
+            else:
+                out.add(json.dumps(rec, indent=indent, ensure_ascii=False).encode())
+    return out
+
+
+# ------------------------------------------------------------------------------------------ independent masks
+class Oracle:
+    def __init__(self, vocab: Vocabulary):
+        self.vocab = vocab
+        self.by_bytes = {t: i for i, t in enumerate(vocab.tokens) if t}
+        self.proper_prefixes = {t[:k] for t in vocab.tokens if t for k in range(1, len(t))}
+
+    def exact(self, texts: set[bytes], typed: bytes) -> set[int]:
+        rem = [s[len(typed):] for s in texts if s.startswith(typed)]
+        out = {self.by_bytes[r[:k]] for r in rem for k in range(1, len(r) + 1) if r[:k] in self.by_bytes}
+        if b"" in rem:
+            out |= set(self.vocab.eos_token_ids)
+        return out
+
+    def run(self, texts: set[bytes], typed: bytes) -> list[int]:
+        rem = [s[len(typed):] for s in texts if s.startswith(typed)]
+        forced = bytes(_lcp(rem))
+        end = len(rem) == 1
+        if not forced:
+            return [self.vocab.eos_token_ids[0]] if rem == [b""] else []
+        cut = len(forced)
+        while cut and not _decodes(forced[:cut]):
+            cut -= 1
+        end = end and cut == len(forced)
+        data = forced[:cut]
+        run, at = [], 0
+        for t in self.vocab.encode(data.decode()):
+            tb = self.vocab.tokens[t]
+            if data[at:at + len(tb)] != tb or (not end and data[at:] in self.proper_prefixes):
+                break
+            run.append(t)
+            at += len(tb)
+        if end and at == len(data):
+            run.append(self.vocab.eos_token_ids[0])
+        return run
+
+
+def _lcp(xs: list[bytes]) -> bytes:
+    if not xs:
+        return b""
+    a, b = min(xs), max(xs)
+    k = 0
+    while k < min(len(a), len(b)) and a[k] == b[k]:
+        k += 1
+    return a[:k]
+
+
+def _decodes(b: bytes) -> bool:
+    try:
+        b.decode()
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+VOCABS = {"smollm2": Vocabulary.smollm2, "qwen3": Vocabulary.qwen3, "llama3": Vocabulary.llama3}
+_oracles: dict[str, Oracle] = {}
+
+
+def oracle(name: str) -> Oracle:
+    if name not in _oracles:
+        _oracles[name] = Oracle(VOCABS[name]())
+    return _oracles[name]
+
+
+def walk(spec: fs.Spec, orc: Oracle, texts: set[bytes], mode: str, indent: int | None, rng: random.Random) -> int:
+    """One random walk, checking every mask; returns the number of positions checked."""
+    vocab = orc.vocab
+    dec = spec.decoder(vocab, mode=mode, style="compact" if indent is None else indent)
+    typed = b""
+    row = np.zeros(mask_words(vocab.size), dtype=np.int32)
+    history: list[tuple[int, frozenset[int]]] = []
+    checked = 0
+    carried: list[int] = []  # a run stays the plan while its tokens are taken (drafts match their masks)
+    while True:
+        exact = orc.exact(texts, typed)
+        run = carried or orc.run(texts, typed)
+        expected = {run[0]} if mode == "canonical" and run else exact
+        dec.fill_mask(row)
+        got = set(mask_to_ids(row, vocab.size).tolist())
+        assert got == expected, (mode, typed, sorted(got ^ expected)[:10])
+        assert dec.certain_run(64) == run, (typed, dec.certain_run(64), run)
+        assert set(run[:1]) <= exact
+        checked += 1
+        tok = rng.choice(sorted(expected))
+        history.append((tok, frozenset(got)))
+        carried = run[1:] if run and tok == run[0] else []
+        dec.consume(tok)
+        if tok in vocab.eos_token_ids:
+            break
+        typed += vocab.tokens[tok]
+        if rng.random() < 0.1 and len(history) > 2:  # roll back and replay: identical masks
+            k = rng.randint(1, len(history) - 1)
+            dec.rollback(k)
+            for t, mask in history[-k:]:
+                assert set(dec.allowed_tokens().tolist()) == mask
+                dec.consume(t)
+            assert dec.certain_run(64) == carried or not carried
+    assert dec.is_terminated()
+    assert typed in texts
+    assert dec.record() == json.loads(typed)
+    with pytest.raises(TokenRejected):
+        dec.consume(history[0][0])
+    return checked
+
+
+@pytest.mark.parametrize("vocab_name", sorted(VOCABS))
+@pytest.mark.parametrize("mode", ["canonical", "exact"])
+@pytest.mark.parametrize("name", sorted(DECLS))
+def test_masks_equal_brute_force(name: str, mode: str, vocab_name: str) -> None:
+    doc = DECLS[name]
+    spec = fs.Spec.from_json(doc)
+    orc = oracle(vocab_name)
+    rng = random.Random(f"{name}/{mode}/{vocab_name}")
+    for indent in (None, 2):
+        texts = renderings(doc, indent)
+        assert texts
+        positions = sum(walk(spec, orc, texts, mode, indent, rng) for _ in range(6))
+        assert positions > 6
+
+
+def test_rejects_and_rollback_bounds() -> None:
+    vocab = Vocabulary.smollm2()
+    spec = fs.Spec.from_json(DECLS["sum"])
+    dec = spec.decoder(vocab, mode="exact")
+    with pytest.raises(TokenRejected):
+        dec.consume(vocab.encode("[")[0])
+    with pytest.raises(TokenRejected):
+        dec.consume(vocab.eos_token_ids[0])
+    with pytest.raises(ValueError):
+        dec.rollback(1)
+    with pytest.raises(ValueError):
+        dec.fill_mask(np.zeros(3, dtype=np.int32))
+    with pytest.raises(ValueError):
+        spec.decoder(vocab, mode="fast")
+    for t in vocab.encode('{"a": 3'):
+        dec.consume(t)
+    assert not dec.is_complete()
+    with pytest.raises(TokenRejected):  # 3 + b == 4 leaves b = 1 only
+        for t in vocab.encode(', "b": 2'):
+            dec.consume(t)
+    assert dec.output().startswith(b'{"a": 3, "b": ')
