@@ -146,7 +146,7 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("--assign", action="append", default=[], metavar="PATH=VALUE",
                            help="assign a field first (VALUE is JSON, or a bare string)")
     b = sub.add_parser("bench", help="benchmarks; results under benchmarks/")
-    b.add_argument("suite", choices=["solve", "coverage"])
+    b.add_argument("suite", choices=["solve", "coverage", "walks", "masks"])
     b.add_argument("--samples", type=int, default=3, help="coverage: random records per compiled schema")
     b.add_argument("--seed", type=int, default=0, help="coverage: seed of the random records")
     b.add_argument("--limit", type=int, default=None, help="coverage: schemas per jsonschemabench file (default: all)")
@@ -157,6 +157,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--calendar", type=int, default=100, help="calendar problems")
     b.add_argument("--meeting", type=int, default=100, help="meeting problems")
     b.add_argument("--backends", default="sat,cpsat,csp")
+    b.add_argument("--walks", type=int, default=10_000, help="walks: random decoder walks")
     b.set_defaults(fn=cmd_bench)
     return ap
 

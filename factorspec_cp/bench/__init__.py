@@ -13,6 +13,12 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.suite == "coverage":
         from .coverage import run as run_coverage
         return run_coverage(args)
+    if args.suite == "walks":
+        from .walks import run as run_walks
+        return run_walks(args)
+    if args.suite == "masks":
+        from .masks import run as run_masks
+        return run_masks(args)
     raise SystemExit(f"unknown suite {args.suite!r}")
 
 

@@ -259,7 +259,7 @@ class _Compiled:
         self.eos = np.array(vocab.eos_token_ids, dtype=np.int64)
         self.strings: dict[int, _StringRuns] = {}
         self.masks: OrderedDict[Any, np.ndarray] = OrderedDict()
-        self.plans: OrderedDict[Any, tuple[int, ...]] = OrderedDict()
+        self.plans: OrderedDict[Any, tuple[_Step, ...]] = OrderedDict()
         self.suffixes: OrderedDict[Any, bool] = OrderedDict()
 
     def string_runs(self, slot: StringSlot) -> _StringRuns:
@@ -292,13 +292,22 @@ class DecoderStats:
         return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
 
 
+@dataclass(frozen=True)
+class _Step:
+    """One planned token: the layout state after it and the field values it completes (``state`` None: EOS)."""
+
+    token: int
+    state: State | None
+    events: tuple[tuple[str, Any], ...] = ()
+
+
 @dataclass
 class _Frame:
     """One position: the layout state, whether the session got a push for it, and the certain run planned."""
 
     state: State
     pushed: bool
-    plan: tuple[int, ...] | None = None
+    plan: tuple[_Step, ...] | None = None
     terminated: bool = False
     token: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -494,8 +503,9 @@ class Decoder:
             raise ValueError(f"a mask row is int32 of shape ({self._c.words},), not {row.dtype} {row.shape}")
         plan = self._plan() if self.mode == "canonical" and not self._frames[-1].terminated else ()
         if plan:
+            t0 = plan[0].token
             row[:] = 0
-            row[plan[0] >> 5] = np.int32(np.uint32(1 << (plan[0] & 31)).view(np.int32))
+            row[t0 >> 5] = np.int32(np.uint32(1 << (t0 & 31)).view(np.int32))
         else:
             row[:] = self._exact_row()
         self.stats.masks += 1
@@ -508,7 +518,7 @@ class Decoder:
         return mask_to_ids(row, self.vocab.size)
 
     # -- certain runs -------------------------------------------------------------------------------------------
-    def _plan(self) -> tuple[int, ...]:
+    def _plan(self) -> tuple[_Step, ...]:
         frame = self._frames[-1]
         if frame.plan is None:
             t = time.perf_counter()
@@ -520,47 +530,68 @@ class Decoder:
             self.stats.plan_seconds += time.perf_counter() - t
         return frame.plan
 
-    def _compute_plan(self, state: State) -> tuple[int, ...]:
+    def _compute_plan(self, state: State) -> tuple[_Step, ...]:
         """The canonical tokens of the bytes every valid continuation starts with, stopped before a token that
-        could merge with what follows; EOS after them when the record then ends."""
+        could merge with what follows; EOS after them when the record then ends. Each step keeps the state after
+        it, so taking a planned token costs no matching."""
         layout, index = self.layout, self._c.index
+        eos = self.vocab.eos_token_ids
         # the forced bytes, each value completed on the way conditioning what follows it
         ctx: tuple[Any, ...] = ()
         f = self._admissible()
         out = bytearray()
         st = state
-        while not layout.accepting(st, admissible=f):
+        marks: list[tuple[int, int, Any]] = [(0, 0, lambda k, st=st: st)]  # (offset, base, state after k bytes)
+        events: dict[int, tuple[Any, ...]] = {}
+        while True:
+            lit = layout.literal_run(st)
+            if lit is not None:  # inside fixed syntax: its bytes but the last need no filter
+                data, _, at = lit
+                marks.append((len(out), 0, at))
+                out += data
+                st = at(len(data))
+            if layout.accepting(st, admissible=f):
+                break
             nxt = layout.allowed_next_bytes(st, admissible=f)
             if len(nxt) != 1:
                 break
             b = next(iter(nxt))
-            out.append(b)
             st = layout.advance(st, bytes((b,)), admissible=f)  # type: ignore[assignment]
+            out.append(b)
+            marks.append((len(out), 0, lambda k, st=st: st))
             if st.events:
+                events[len(out)] = st.events
                 ctx += st.events
                 f = self._admissible(ctx)
         forced = bytes(out)
         end = layout.accepting(st, admissible=f) and not layout.allowed_next_bytes(st, admissible=f)
         if not forced:
-            return (self.vocab.eos_token_ids[0],) if end and self.vocab.eos_token_ids else ()
+            return (_Step(eos[0], None),) if end and eos else ()
         text, cut = _utf8_prefix(forced)
         if not text:
             return ()
         end = end and cut == len(forced)
-        ids = self.vocab.encode(text)
-        plan: list[int] = []
+        offsets = [m[0] for m in marks]
+
+        def state_at(k: int) -> State:
+            j = bisect_left(offsets, k + 1) - 1  # the last mark at or before k
+            off, _, fn = marks[j]
+            return fn(k - off)
+
+        plan: list[_Step] = []
         at = 0
         data = forced[:cut]
-        for t in ids:
+        for t in self.vocab.encode(text):
             tb = self.vocab.tokens[t]
             if tb is None or data[at:at + len(tb)] != tb:
                 break  # the canonical encoding does not spell the bytes token by token: stop here
             if not end and index.crosses(data[at:]):
                 break  # a longer token starting here could run into what follows
-            plan.append(t)
+            evs = tuple(e for k in range(at + 1, at + len(tb) + 1) for e in events.get(k, ()))
             at += len(tb)
-        if end and at == len(data) and self.vocab.eos_token_ids:
-            plan.append(self.vocab.eos_token_ids[0])
+            plan.append(_Step(t, state_at(at), evs))
+        if end and at == len(data) and eos:
+            plan.append(_Step(eos[0], None))
         return tuple(plan)
 
     def certain_run(self, max_tokens: int = 64) -> list[int]:
@@ -568,7 +599,7 @@ class Decoder:
         ends. Consuming them in order is always admitted."""
         if self._frames[-1].terminated or max_tokens <= 0:
             return []
-        return list(self._plan()[:max_tokens])
+        return [step.token for step in self._plan()[:max_tokens]]
 
     # -- consuming ----------------------------------------------------------------------------------------------
     def consume(self, token: int) -> None:
@@ -579,9 +610,22 @@ class Decoder:
             raise TokenRejected("the record is already terminated")
         token = int(token)
         plan = self._plan() if self.mode == "canonical" else frame.plan
-        if self.mode == "canonical" and plan and token != plan[0]:
-            raise TokenRejected(f"token {token} at a certain position (the certain token is {plan[0]})")
-        rest = plan[1:] if plan and token == plan[0] else None
+        if self.mode == "canonical" and plan and token != plan[0].token:
+            raise TokenRejected(f"token {token} at a certain position (the certain token is {plan[0].token})")
+        step = plan[0] if plan and token == plan[0].token else None
+        rest = plan[1:] if step is not None else None
+        if step is not None and step.state is not None:  # a planned token: its state is known
+            self.session.push()
+            try:
+                for p, v in step.events:
+                    if p in self._fields:
+                        self.session.assign(p, v)
+            except BaseException:
+                self.session.pop()
+                raise
+            self._frames.append(_Frame(step.state, pushed=True, plan=rest or None, token=token))
+            self.stats.consume_seconds += time.perf_counter() - t0
+            return
         if token in self._eos and self.vocab.tokens[token] is None:
             if self.layout.finish(frame.state, admissible=self._admissible()) is None:
                 raise TokenRejected("end of sequence before the record is complete")

@@ -511,6 +511,19 @@ class Layout:
             return ins[2], sub
         return None
 
+    def literal_run(self, state: State) -> tuple[bytes, int, Any] | None:
+        """For a state of one thread inside fixed syntax (not at its last byte): the literal's bytes from here up to
+        but not including its last byte, and a function of ``k`` giving the state after ``k`` of them. Sound
+        without a filter for a live state: one thread means every valid continuation writes these bytes."""
+        if len(state.threads) != 1:
+            return None
+        ((pc, ctr, sub), pending), = state.threads
+        ins = self._code[pc]
+        if ins[0] != LIT or sub + 1 >= len(ins[1]):
+            return None
+        data = ins[1]
+        return data[sub:-1], sub, lambda k: State(frozenset({((pc, ctr, sub + k), pending)}))
+
     def start(self) -> State:
         """The state before the first byte."""
         return self._start

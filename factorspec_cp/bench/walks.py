@@ -1,0 +1,171 @@
+"""``factorspec bench walks``: random walks through the decoder, every record checked independently.
+
+Each walk draws a workload problem, a tokenizer and a mode, then picks uniformly among the admitted tokens until
+EOS. The record must pass ``jsonschema`` against the declaration's schema and the workload's own checker (written
+without the solver). Along the way, with probability ``rollback_p`` per position, the walk rolls back a random
+number of tokens and replays them, and every replayed mask must equal the one first seen.
+
+Writes ``benchmarks/walks.json`` and ``walks.md``: walks, failures (none expected), positions, rollbacks, time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import numpy as np
+
+from ..spec import Spec
+from ..tokenmap import Vocabulary
+
+VOCABS: dict[str, Callable[[], Vocabulary]] = {
+    "smollm2": Vocabulary.smollm2, "qwen3": Vocabulary.qwen3, "llama3": Vocabulary.llama3}
+#: share of the walks per workload (meeting walks cost about a second each: the solver's admissible sets)
+WEIGHTS = {"trip": 0.5, "calendar": 0.42, "meeting": 0.08}
+
+
+class Workload:
+    """A workload's problems as (declaration, checker) pairs, built lazily and cached."""
+
+    def __init__(self, name: str):
+        from ..workloads import calendar, meeting, trip
+        self.name = name
+        if name == "trip":
+            self.items = [trip.problem(ex) for ex in trip.examples()]
+            self._spec, self._check = trip.declaration, trip.check
+        elif name == "calendar":
+            self.items = [calendar.problem(ex) for ex in calendar.examples()]
+            self._spec, self._check = calendar.declaration, calendar.check
+        elif name == "meeting":
+            self.items = list(meeting.examples())
+            self._spec, self._check = meeting.declaration, meeting.check
+        else:
+            raise ValueError(f"unknown workload {name!r}")
+        self._specs: dict[int, Spec] = {}
+
+    def spec(self, k: int) -> Spec:
+        if k not in self._specs:
+            if len(self._specs) > 64:
+                self._specs.clear()
+            self._specs[k] = self._spec(self.items[k])
+        return self._specs[k]
+
+    def check(self, k: int, record: Any) -> list[str]:
+        return list(self._check(self.items[k], record))
+
+
+def walk(spec: Spec, vocab: Vocabulary, mode: str, rng: random.Random, *, rollback_p: float = 0.05,
+         style: str | int = "compact") -> dict[str, Any]:
+    """One uniform random walk; returns the record, positions, rollbacks and mask mismatches on replay."""
+    dec = spec.decoder(vocab, mode=mode, style=style)
+    history: list[tuple[int, np.ndarray]] = []
+    rollbacks = mismatches = 0
+    while not dec.is_terminated():
+        ids = dec.allowed_tokens()
+        if not len(ids):
+            raise AssertionError(f"no token admitted after {dec.output()!r}")
+        tok = int(ids[rng.randrange(len(ids))])
+        history.append((tok, ids))
+        dec.consume(tok)
+        if rng.random() < rollback_p and len(history) > 1:
+            k = rng.randint(1, len(history))
+            dec.rollback(k)
+            rollbacks += 1
+            for t, seen in history[-k:]:
+                if not np.array_equal(dec.allowed_tokens(), seen):
+                    mismatches += 1
+                dec.consume(t)
+    return {"record": dec.record(), "positions": len(history), "rollbacks": rollbacks, "mismatches": mismatches,
+            "stats": dec.stats}
+
+
+def run_walks(n: int, *, seed: int = 0, workloads: dict[str, float] | None = None,
+              vocabs: list[str] | None = None, progress: bool = False) -> dict[str, Any]:
+    """``n`` walks spread over workloads (by weight), tokenizers and modes; every failure is listed."""
+    weights = WEIGHTS if workloads is None else workloads
+    names = list(vocabs or VOCABS)
+    loaded = {v: VOCABS[v]() for v in names}
+    rng = random.Random(seed)
+    plan: list[str] = []
+    for w, share in weights.items():
+        plan += [w] * round(n * share / sum(weights.values()))
+    plan = plan[:n] + [next(iter(weights))] * max(0, n - len(plan))
+    rng.shuffle(plan)
+    cache: dict[str, Workload] = {}
+    rows: dict[str, dict[str, Any]] = {}
+    failures: list[dict[str, Any]] = []
+    t_start = time.perf_counter()
+    for i, w in enumerate(plan):
+        wl = cache.get(w) or cache.setdefault(w, Workload(w))
+        k = rng.randrange(len(wl.items))
+        vname = names[i % len(names)]
+        mode = ("canonical", "exact")[(i // len(names)) % 2]
+        spec = wl.spec(k)
+        t = time.perf_counter()
+        key = f"{w}/{vname}/{mode}"
+        row = rows.setdefault(key, {"walks": 0, "positions": 0, "rollbacks": 0, "seconds": 0.0, "failures": 0})
+        try:
+            out = walk(spec, loaded[vname], mode, rng)
+            problems = []
+            try:
+                jsonschema.validate(out["record"], spec.schema)
+            except jsonschema.ValidationError as e:
+                problems.append(f"jsonschema: {e.message}")
+            problems += wl.check(k, out["record"])
+            if out["mismatches"]:
+                problems.append(f"{out['mismatches']} masks differed after rollback and replay")
+        except Exception as e:  # a crash is a failure of the walk, reported with the others
+            out, problems = {"positions": 0, "rollbacks": 0}, [f"{type(e).__name__}: {e}"]
+        row["walks"] += 1
+        row["positions"] += out["positions"]
+        row["rollbacks"] += out["rollbacks"]
+        row["seconds"] += time.perf_counter() - t
+        if problems:
+            row["failures"] += 1
+            failures.append({"workload": w, "problem": k, "vocab": vname, "mode": mode, "problems": problems[:5]})
+        if progress and (i + 1) % max(1, n // 50) == 0:
+            el = time.perf_counter() - t_start
+            print(f"\r  walks {i + 1}/{n}  failures {len(failures)}  {el:.0f}s elapsed, "
+                  f"~{el / (i + 1) * (n - i - 1):.0f}s left", end="", file=sys.stderr, flush=True)
+    if progress:
+        print(file=sys.stderr)
+    for row in rows.values():
+        row["seconds"] = round(row["seconds"], 3)
+    return {"walks": n, "seed": seed, "failures": failures, "by": dict(sorted(rows.items())),
+            "seconds": round(time.perf_counter() - t_start, 1)}
+
+
+def report_md(res: dict[str, Any]) -> str:
+    lines = [f"# Random walks through the decoder ({res['walks']} walks, seed {res['seed']})", "",
+             f"Machine: {res.get('machine', '')}. Command: `{res.get('command', '')}`.", "",
+             "Every walk picks uniformly among the admitted tokens until EOS; the record is checked with "
+             "`jsonschema` and the workload's own checker; rollbacks replay tokens and compare masks.", "",
+             f"**Failures: {len(res['failures'])}** of {res['walks']} walks, in {res['seconds']} s.", "",
+             "| workload / tokenizer / mode | walks | positions | rollbacks | failures | s per walk |",
+             "|---|---|---|---|---|---|"]
+    for key, r in res["by"].items():
+        lines.append(f"| {key} | {r['walks']} | {r['positions']} | {r['rollbacks']} | {r['failures']} | "
+                     f"{r['seconds'] / max(1, r['walks']):.3f} |")
+    for f in res["failures"][:20]:
+        lines.append(f"- {f['workload']} #{f['problem']} {f['vocab']} {f['mode']}: {'; '.join(f['problems'])}")
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    res = run_walks(args.walks, seed=args.seed, progress=True)
+    res["machine"] = f"{platform.machine()}, {platform.python_version()}"
+    res["command"] = f"factorspec bench walks --walks {args.walks} --seed {args.seed}"
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "walks.json").write_text(json.dumps(res, indent=1) + "\n")
+    (out / "walks.md").write_text(report_md(res))
+    print(report_md(res))
+    return 1 if res["failures"] else 0
