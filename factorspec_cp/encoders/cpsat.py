@@ -258,7 +258,8 @@ class CpsatBackend(Backend):
                 touched.append(self.var_index[p])
         for p, ks in (excluded or {}).items():
             if p in self.var_index and p not in fixed:
-                rest = [k for k in range(self.spec.fields[p].size) if k not in set(ks)]
+                gone = set(ks)
+                rest = [k for k in range(self.spec.fields[p].size) if k not in gone]
                 if not rest:
                     self._restore(touched)
                     return None

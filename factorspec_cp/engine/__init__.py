@@ -1,0 +1,1 @@
+"""The embedded model and the speculative decoding engine."""
