@@ -125,6 +125,38 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 1 if empty else 0
 
 
+def cmd_generate(args: argparse.Namespace) -> int:
+    from .engine.run import Engine, Job
+    if args.declaration is None:
+        doc = json.loads(resources.files("factorspec_cp").joinpath("examples/trip_natural_plan.json").read_text())
+        spec, name, prompt = Spec.from_json(doc["declaration"]), doc["source"], doc["prompt"]
+    else:
+        spec, name = _load(args.declaration)
+        prompt = None
+    if args.prompt is not None and args.prompt_file is not None:
+        raise SystemExit("give --prompt or --prompt-file, not both")
+    if args.prompt is not None:
+        prompt = args.prompt
+    elif args.prompt_file is not None:
+        prompt = Path(args.prompt_file).read_text()
+    if prompt is None:
+        raise SystemExit("a declaration file needs --prompt TEXT or --prompt-file F")
+    if not args.json:
+        print(f"{name}: loading the packaged model (SmolLM2-135M-Instruct) ...", file=sys.stderr)
+    engine = Engine(width=args.width, temperature=args.temperature, batch=1, seed=args.seed)
+    res = engine.run([Job(spec, prompt, args.drafter, args.constraint, args.max_tokens)])[0]
+    problems = spec.check_record(res.record) if res.record is not None else ["the output is not a JSON object"]
+    stats = dict(res.stats, valid=not problems)
+    if args.json:
+        print(json.dumps({"record": res.record, "stats": stats, "problems": problems}, ensure_ascii=False))
+        return 0 if not problems else 1
+    print(json.dumps(res.record, indent=2, ensure_ascii=False) if res.record is not None else res.text)
+    print(f"\n{stats['tokens']} tokens in {stats['verify_steps']} verify steps: {stats['accept_length']} tokens per "
+          f"step ({stats['drafter']} drafter, {stats['constraint']} masks, width {stats['width']}); "
+          f"{stats['seconds']} s; {'valid' if not problems else 'INVALID: ' + '; '.join(problems[:3])}")
+    return 0 if not problems else 1
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import run_bench
     return run_bench(args)
@@ -145,6 +177,19 @@ def parser() -> argparse.ArgumentParser:
         else:
             p.add_argument("--assign", action="append", default=[], metavar="PATH=VALUE",
                            help="assign a field first (VALUE is JSON, or a bare string)")
+    g = sub.add_parser("generate", help="write one record with the packaged model (default: a bundled trip problem)")
+    g.add_argument("declaration", nargs="?", help="declaration JSON file (default: a bundled trip problem)")
+    g.add_argument("--prompt", default=None, help="the user prompt")
+    g.add_argument("--prompt-file", default=None, help="read the prompt from a file")
+    g.add_argument("--drafter", default="certain", help="none, certain, syntax, ngram[:N:K], hybrid[:N:K]")
+    g.add_argument("--constraint", default="ours", choices=["ours", "xgrammar", "pinned", "none"],
+                   help="masks: the declaration (ours), the schema only (xgrammar), a solver's answer, none")
+    g.add_argument("--width", type=int, default=32, help="verify width cap (draft tokens + 1)")
+    g.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--max-tokens", type=int, default=1024)
+    g.add_argument("--json", action="store_true", help='print {"record": ..., "stats": ...}')
+    g.set_defaults(fn=cmd_generate)
     b = sub.add_parser("bench", help="benchmarks; results under benchmarks/")
     b.add_argument("suite", choices=["solve", "coverage", "walks", "masks"])
     b.add_argument("--samples", type=int, default=3, help="coverage: random records per compiled schema")
