@@ -126,7 +126,16 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
+    from .engine.drafters import Certain, Hybrid, make_drafter
     from .engine.run import Engine, Job
+    try:
+        drafter = make_drafter(args.drafter)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if isinstance(drafter, (Certain, Hybrid)) and args.constraint not in ("ours", "pinned"):
+        print(f"error: the {drafter.name} drafter needs --constraint ours or pinned", file=sys.stderr)
+        return 2
     if args.declaration is None:
         doc = json.loads(resources.files("factorspec_cp").joinpath("examples/trip_natural_plan.json").read_text())
         spec, name, prompt = Spec.from_json(doc["declaration"]), doc["source"], doc["prompt"]
@@ -191,16 +200,28 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--json", action="store_true", help='print {"record": ..., "stats": ...}')
     g.set_defaults(fn=cmd_generate)
     b = sub.add_parser("bench", help="benchmarks; results under benchmarks/")
-    b.add_argument("suite", choices=["solve", "coverage", "walks", "masks"])
+    b.add_argument("suite", choices=["solve", "coverage", "walks", "masks", "generate"])
     b.add_argument("--samples", type=int, default=3, help="coverage: random records per compiled schema")
     b.add_argument("--seed", type=int, default=0, help="coverage: seed of the random records")
     b.add_argument("--limit", type=int, default=None, help="coverage: schemas per jsonschemabench file (default: all)")
     b.add_argument("--datasets", default=None, help="coverage: comma-separated substrings of dataset names to keep")
     b.add_argument("--timeout", type=float, default=20.0, help="coverage: seconds per schema (0: no limit)")
     b.add_argument("--out", default="benchmarks", help="output folder")
-    b.add_argument("--per-size", type=int, default=20, help="trip problems per city count")
-    b.add_argument("--calendar", type=int, default=100, help="calendar problems")
-    b.add_argument("--meeting", type=int, default=100, help="meeting problems")
+    b.add_argument("--per-size", type=int, default=None, help="solve/masks: trip problems per city count (20 / 4)")
+    b.add_argument("--calendar", type=int, default=None, help="calendar problems (solve 100, masks 10, generate 20)")
+    b.add_argument("--meeting", type=int, default=None, help="meeting problems (solve 100, masks 3, generate 5)")
+    b.add_argument("--trip", type=int, default=100, help="generate: trip problems, 3 to 7 cities")
+    b.add_argument("--bfcl", type=int, default=31, help="generate: tool-call problems")
+    b.add_argument("--note", type=int, default=20, help="generate: trip problems with a free note field")
+    b.add_argument("--configs", default="xgrammar,xgrammar+ngram,syntax,unconstrained,solve-then-emit,none,certain,"
+                   "hybrid", help="generate: configurations to run")
+    b.add_argument("--width", type=int, default=32, help="generate: verify width cap (when not searched)")
+    b.add_argument("--widths", default="8,16,32,64", help="generate: width caps to search (empty: use --width)")
+    b.add_argument("--batch", type=int, default=4, help="generate: requests per forward pass")
+    b.add_argument("--threads", type=int, default=2, help="generate: torch threads")
+    b.add_argument("--max-tokens", type=int, default=600, help="generate: tokens per record at most")
+    b.add_argument("--search", type=int, default=10, help="generate: trip problems for the n-gram shape search")
+    b.add_argument("--unconstrained", type=int, default=20, help="generate: problems run without masks")
     b.add_argument("--backends", default="sat,cpsat,csp")
     b.add_argument("--walks", type=int, default=10_000, help="walks: random decoder walks")
     b.set_defaults(fn=cmd_bench)

@@ -5,8 +5,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+DEFAULTS = {"solve": {"per_size": 20, "calendar": 100, "meeting": 100},
+            "masks": {"per_size": 4, "calendar": 10, "meeting": 3},
+            "generate": {"calendar": 20, "meeting": 5}}
+
 
 def run_bench(args: argparse.Namespace) -> int:
+    for k, v in DEFAULTS.get(args.suite, {}).items():
+        if getattr(args, k, None) is None:
+            setattr(args, k, v)
     if args.suite == "solve":
         from .solve import run
         return run(args)
@@ -19,6 +26,9 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.suite == "masks":
         from .masks import run as run_masks
         return run_masks(args)
+    if args.suite == "generate":
+        from .generate import run as run_generate
+        return run_generate(args)
     raise SystemExit(f"unknown suite {args.suite!r}")
 
 

@@ -32,7 +32,7 @@ import torch
 from ..spec import Spec
 from ..tokenmap import Vocabulary
 from ..tokenmap.decoder import mask_words
-from .drafters import Drafter, Syntax, make_drafter
+from .drafters import Certain, Drafter, Hybrid, Syntax, make_drafter
 
 __all__ = ["Engine", "Job", "Result", "CONSTRAINTS", "extract_json"]
 
@@ -101,6 +101,9 @@ class _Request:
             self.constraint = None
         else:
             raise ValueError(f"constraint must be one of {CONSTRAINTS}, not {job.constraint!r}")
+        if isinstance(self.drafter, (Certain, Hybrid)) and job.constraint not in ("ours", "pinned"):
+            raise ValueError(f"the {self.drafter.name} drafter drafts certain runs, which only our masks define: "
+                             f"use constraint 'ours' or 'pinned', not {job.constraint!r}")
         if isinstance(self.drafter, Syntax):
             self.syntax = Spec(job.spec.schema).decoder(vocab, mode="exact")  # tracks the output, masks nothing
         self.prompt = engine.model.chat_prompt(job.prompt, job.system)
