@@ -221,6 +221,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--threads", type=int, default=2, help="generate: torch threads")
     b.add_argument("--max-tokens", type=int, default=600, help="generate: tokens per record at most")
     b.add_argument("--search", type=int, default=10, help="generate: trip problems for the n-gram shape search")
+    b.add_argument("--ngram", default=None, help="generate: the n-gram shape to use instead of searching it")
     b.add_argument("--unconstrained", type=int, default=20, help="generate: problems run without masks")
     b.add_argument("--backends", default="sat,cpsat,csp")
     b.add_argument("--walks", type=int, default=10_000, help="walks: random decoder walks")

@@ -285,8 +285,8 @@ def run(args: argparse.Namespace) -> int:
         result["width"] = engine.width
         result["width_search"] = {"problems": args.search, "trials": trials, "best": engine.width}
         print(f"  width cap chosen: {engine.width}", file=sys.stderr)
-    ngram_shape = "ngram:3:8"
-    if "xgrammar+ngram" in configs and "trip" in suites:
+    ngram_shape = args.ngram or "ngram:3:8"
+    if "xgrammar+ngram" in configs and "trip" in suites and not args.ngram:
         ngram_shape, trials = search_ngram(engine, suites["trip"][: args.search], args.max_tokens, True)
         result["ngram_search"] = {"problems": args.search, "trials": trials, "best": ngram_shape}
     for name, problems in suites.items():
@@ -296,6 +296,8 @@ def run(args: argparse.Namespace) -> int:
             if c == "xgrammar+ngram":
                 drafter = ngram_shape
             probs = problems[: args.unconstrained] if c == "unconstrained" else problems
+            if not probs:
+                continue
             max_tokens = args.max_tokens
             res = run_config(engine, probs, drafter, constraint, max_tokens, f"{name} {c}")
             res["summary"] = _summary(res["rows"], res["wall_seconds"])
@@ -379,6 +381,19 @@ def report_md(res: dict[str, Any]) -> str:
                                                        for c in cfg) + " |")
         lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def merge(paths: list[Path], out: Path) -> dict[str, Any]:
+    """Several ``generate.json`` results (same model and width) as one report: suites side by side, commands
+    listed."""
+    docs = [json.loads(p.read_text()) for p in paths]
+    res = dict(docs[0])
+    res["suites"] = {k: v for d in docs for k, v in d["suites"].items()}
+    res["command"] = "`; `".join(d.get("command", "") for d in docs)
+    if len({d["width"] for d in docs}) != 1:
+        raise ValueError("results with different width caps do not merge")
+    _write(res, out)
+    return res
 
 
 def _write(res: dict[str, Any], out: Path) -> None:

@@ -88,8 +88,10 @@ def walk(spec: Spec, vocab: Vocabulary, mode: str, rng: random.Random, *, rollba
 
 
 def run_walks(n: int, *, seed: int = 0, workloads: dict[str, float] | None = None,
-              vocabs: list[str] | None = None, progress: bool = False) -> dict[str, Any]:
-    """``n`` walks spread over workloads (by weight), tokenizers and modes; every failure is listed."""
+              vocabs: list[str] | None = None, progress: bool = False,
+              checkpoint: Callable[[dict[str, Any]], None] | None = None, every: int = 250) -> dict[str, Any]:
+    """``n`` walks spread over workloads (by weight), tokenizers and modes; every failure is listed.
+    ``checkpoint`` receives the partial result every ``every`` walks (a long run that is stopped keeps its count)."""
     weights = WEIGHTS if workloads is None else workloads
     names = list(vocabs or VOCABS)
     loaded = {v: VOCABS[v]() for v in names}
@@ -131,6 +133,10 @@ def run_walks(n: int, *, seed: int = 0, workloads: dict[str, float] | None = Non
         if problems:
             row["failures"] += 1
             failures.append({"workload": w, "problem": k, "vocab": vname, "mode": mode, "problems": problems[:5]})
+        if checkpoint is not None and (i + 1) % every == 0 and i + 1 < n:
+            checkpoint({"walks": i + 1, "planned": n, "seed": seed, "failures": failures,
+                        "by": {k: dict(v, seconds=round(v["seconds"], 3)) for k, v in sorted(rows.items())},
+                        "seconds": round(time.perf_counter() - t_start, 1)})
         if progress and (i + 1) % max(1, n // 50) == 0:
             el = time.perf_counter() - t_start
             print(f"\r  walks {i + 1}/{n}  failures {len(failures)}  {el:.0f}s elapsed, "
@@ -139,12 +145,14 @@ def run_walks(n: int, *, seed: int = 0, workloads: dict[str, float] | None = Non
         print(file=sys.stderr)
     for row in rows.values():
         row["seconds"] = round(row["seconds"], 3)
-    return {"walks": n, "seed": seed, "failures": failures, "by": dict(sorted(rows.items())),
+    return {"walks": n, "planned": n, "seed": seed, "failures": failures, "by": dict(sorted(rows.items())),
             "seconds": round(time.perf_counter() - t_start, 1)}
 
 
 def report_md(res: dict[str, Any]) -> str:
-    lines = [f"# Random walks through the decoder ({res['walks']} walks, seed {res['seed']})", "",
+    done = "" if res.get("planned", res["walks"]) == res["walks"] else (
+        f" of {res['planned']} planned: the run was stopped there, figures are for the walks completed")
+    lines = [f"# Random walks through the decoder ({res['walks']} walks{done}, seed {res['seed']})", "",
              f"Machine: {res.get('machine', '')}. Command: `{res.get('command', '')}`.", "",
              "Every walk picks uniformly among the admitted tokens until EOS; the record is checked with "
              "`jsonschema` and the workload's own checker; rollbacks replay tokens and compare masks.", "",
@@ -160,12 +168,16 @@ def report_md(res: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    res = run_walks(args.walks, seed=args.seed, progress=True)
-    res["machine"] = f"{platform.machine()}, {platform.python_version()}"
-    res["command"] = f"factorspec bench walks --walks {args.walks} --seed {args.seed}"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "walks.json").write_text(json.dumps(res, indent=1) + "\n")
-    (out / "walks.md").write_text(report_md(res))
+
+    def write(res: dict[str, Any]) -> None:
+        res["machine"] = f"{platform.machine()}, {platform.python_version()}"
+        res["command"] = f"factorspec bench walks --walks {args.walks} --seed {args.seed}"
+        (out / "walks.json").write_text(json.dumps(res, indent=1) + "\n")
+        (out / "walks.md").write_text(report_md(res))
+
+    res = run_walks(args.walks, seed=args.seed, progress=True, checkpoint=write)
+    write(res)
     print(report_md(res))
     return 1 if res["failures"] else 0
