@@ -330,6 +330,8 @@ def report_md(res: dict[str, Any]) -> str:
              "*accept* = tokens committed per verify step; *valid* = the workload's independent checker; "
              "*s/record* and *valid/s* are throughput at this batch size (wall time of the configuration's run "
              "divided by its records).", ""]
+    if res.get("note"):
+        lines += [res["note"], ""]
     if "width_search" in res:
         s = res["width_search"]
         lines.append(f"Verify width cap chosen by measurement (`certain` drafter, {s['problems']} trip problems, "
@@ -383,13 +385,15 @@ def report_md(res: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def merge(paths: list[Path], out: Path) -> dict[str, Any]:
+def merge(paths: list[Path], out: Path, note: str = "") -> dict[str, Any]:
     """Several ``generate.json`` results (same model and width) as one report: suites side by side, commands
     listed."""
+    out.mkdir(parents=True, exist_ok=True)
     docs = [json.loads(p.read_text()) for p in paths]
     res = dict(docs[0])
     res["suites"] = {k: v for d in docs for k, v in d["suites"].items()}
     res["command"] = "`; `".join(d.get("command", "") for d in docs)
+    res["note"] = note
     if len({d["width"] for d in docs}) != 1:
         raise ValueError("results with different width caps do not merge")
     _write(res, out)

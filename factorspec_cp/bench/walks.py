@@ -181,3 +181,17 @@ def run(args: argparse.Namespace) -> int:
     write(res)
     print(report_md(res))
     return 1 if res["failures"] else 0
+
+
+def merge(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Runs with different seeds (run side by side on separate cores) as one result: counts add up, failures join."""
+    by: dict[str, dict[str, Any]] = {}
+    for res in results:
+        for key, row in res["by"].items():
+            acc = by.setdefault(key, {"walks": 0, "positions": 0, "rollbacks": 0, "seconds": 0.0, "failures": 0})
+            for k in acc:
+                acc[k] += row[k]
+    return {"walks": sum(r["walks"] for r in results), "planned": sum(r.get("planned", r["walks"]) for r in results),
+            "seed": ",".join(str(r["seed"]) for r in results), "failures": [f for r in results for f in r["failures"]],
+            "by": dict(sorted(by.items())), "seconds": max(r["seconds"] for r in results),
+            "machine": results[0].get("machine", ""), "command": "; ".join(r.get("command", "") for r in results)}
