@@ -23,7 +23,7 @@ import json
 import platform
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +33,7 @@ from ..spec import Spec
 from ..tokenmap import Vocabulary
 from ..tokenmap.decoder import mask_to_ids
 from . import percentile, summary_ms
-
-VOCABS: dict[str, Callable[[], Vocabulary]] = {
-    "smollm2": Vocabulary.smollm2, "qwen3": Vocabulary.qwen3, "llama3": Vocabulary.llama3}
+from .walks import VOCABS
 
 
 def problems(per_size: int, calendar_n: int, meeting_n: int) -> Iterator[tuple[str, Spec, Any]]:

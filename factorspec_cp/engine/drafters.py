@@ -84,13 +84,12 @@ class Syntax(Drafter):
         return request.syntax.certain_run(limit) if request.syntax is not None else []
 
 
-class Hybrid(Drafter):
+class Hybrid(Certain):
+    """Certain runs (``propose``), then a lookup continuation (``extend``)."""
+
     def __init__(self, n: int = 3, k: int = 8):
         self.lookup = NGram(n, k)
         self.name = f"hybrid(n={n},k={k})"
-
-    def propose(self, request: Any, limit: int) -> list[int]:
-        return request.constraint.certain_run(limit) if request.constraint is not None else []
 
     def extend(self, request: Any, draft: list[int], limit: int) -> list[int]:
         return lookup(list(request.context) + draft, self.lookup.n, min(self.lookup.k, limit))

@@ -48,8 +48,7 @@ import json
 import time
 from bisect import bisect_left
 from collections import OrderedDict
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -310,7 +309,6 @@ class _Frame:
     plan: tuple[_Step, ...] | None = None
     terminated: bool = False
     token: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 # ------------------------------------------------------------------------------------------------------- decoder
@@ -714,8 +712,3 @@ def _utf8_prefix(data: bytes) -> tuple[str, int]:
             continue
     return "", 0
 
-
-def decode_all(decoder: Decoder, tokens: Sequence[int]) -> None:
-    """Consume ``tokens`` in order."""
-    for t in tokens:
-        decoder.consume(t)
