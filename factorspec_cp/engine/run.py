@@ -33,6 +33,7 @@ from ..spec import Spec
 from ..tokenmap import Vocabulary
 from ..tokenmap.decoder import mask_words
 from .drafters import Certain, Drafter, Hybrid, Syntax, make_drafter
+from .grammar import Grammar, GrammarCompiler
 
 __all__ = ["Engine", "Job", "Result", "CONSTRAINTS", "extract_json"]
 
@@ -85,27 +86,27 @@ class _Request:
         vocab = engine.vocab
         self.syntax = None
         self.solve_seconds = 0.0
+        self.constraint: Grammar | None = None
         if job.constraint == "ours":
-            self.constraint: Any = job.spec.decoder(vocab, mode="canonical")
+            self.constraint = engine.compiler.compile(job.spec).grammar()
         elif job.constraint == "xgrammar":
             from ..baselines.xgrammar import XGrammarMatcher
-            self.constraint = XGrammarMatcher(job.spec.schema, vocab)
+            self.constraint = Grammar(XGrammarMatcher(job.spec.schema, vocab))
         elif job.constraint == "pinned":
             t = time.perf_counter()
             session = job.spec.session("cpsat")
             for p in job.spec.fields:
                 session.assign(p, session.admissible(p)[0])
             self.solve_seconds = time.perf_counter() - t
-            self.constraint = job.spec.decoder(vocab, mode="canonical", session=session)
-        elif job.constraint == "none":
-            self.constraint = None
-        else:
+            self.constraint = engine.compiler.compile(job.spec).grammar(session=session)
+        elif job.constraint != "none":
             raise ValueError(f"constraint must be one of {CONSTRAINTS}, not {job.constraint!r}")
         if isinstance(self.drafter, (Certain, Hybrid)) and job.constraint not in ("ours", "pinned"):
             raise ValueError(f"the {self.drafter.name} drafter drafts certain runs, which only our masks define: "
                              f"use constraint 'ours' or 'pinned', not {job.constraint!r}")
         if isinstance(self.drafter, Syntax):
-            self.syntax = Spec(job.spec.schema).decoder(vocab, mode="exact")  # tracks the output, masks nothing
+            # a second grammar without relations, fed the same tokens: it tracks the output and masks nothing
+            self.syntax = Grammar(Spec(job.spec.schema).decoder(vocab, mode="exact"))
         self.prompt = engine.model.chat_prompt(job.prompt, job.system)
         self.generated: list[int] = []
         self.done = False
@@ -120,10 +121,9 @@ class _Request:
         return self.prompt + self.generated
 
     def consume(self, token: int) -> None:
-        if self.constraint is not None:
-            self.constraint.consume(token)
-        if self.syntax is not None:
-            self.syntax.consume(token)
+        for g in (self.constraint, self.syntax):
+            if g is not None and not g.accept((token,)):
+                raise ValueError(f"token {token} refused by {g!r} after its mask admitted it")
 
     def rollback(self, k: int) -> None:
         if k:
@@ -164,14 +164,15 @@ class Engine:
         self.eos = set(model.eos_token_ids)
         self.gen = torch.Generator().manual_seed(seed)
         self._words = mask_words(self.vocab.size)
+        self._row = np.zeros((1, self._words), dtype=np.int32)
+        self.compiler = GrammarCompiler(self.vocab)
 
     # -- masks ----------------------------------------------------------------------------------------------------
     def _mask(self, r: _Request) -> torch.Tensor | None:
         if r.constraint is None:
             return None
-        row = np.zeros(self._words, dtype=np.int32)
-        r.constraint.fill_mask(row)
-        bits = np.unpackbits(row.view(np.uint8), bitorder="little")[: self.vocab.size]
+        r.constraint.fill(self._row, 0)
+        bits = np.unpackbits(self._row[0].view(np.uint8), bitorder="little")[: self.vocab.size]
         return torch.from_numpy(bits.astype(bool))
 
     def _walk(self, r: _Request, limit: int) -> tuple[list[int], list[torch.Tensor | None]]:
