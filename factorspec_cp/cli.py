@@ -166,6 +166,19 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0 if not problems else 1
 
 
+def cmd_model(args: argparse.Namespace) -> int:
+    from .engine.model import smollm2_folder
+    if args.name != "smollm2":
+        raise FactorspecError(f"unknown packaged model {args.name!r}: the packaged model is smollm2")
+    print(smollm2_folder())
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .engine.serve import serve
+    return serve(args)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import run_bench
     return run_bench(args)
@@ -199,6 +212,22 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--max-tokens", type=int, default=1024)
     g.add_argument("--json", action="store_true", help='print {"record": ..., "stats": ...}')
     g.set_defaults(fn=cmd_generate)
+    m = sub.add_parser("model", help="the packaged model prepared for servers")
+    m.add_argument("action", choices=["path"], help="path: print its folder (built once in the user cache)")
+    m.add_argument("name", nargs="?", default="smollm2", help="the packaged model (smollm2)")
+    m.set_defaults(fn=cmd_model)
+    s = sub.add_parser("serve", help="start an OpenAI-compatible server with factorspec's masks and drafts")
+    s.add_argument("--engine", choices=["vllm"], default="vllm")
+    s.add_argument("--model", default=None, help="model folder (default: the packaged SmolLM2, see `model path`)")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--num-speculative-tokens", type=int, default=32, help="certain-run draft cap per verify step")
+    s.add_argument("--ngram", default=None, metavar="MIN:MAX",
+                   help="prompt-lookup drafts for requests without a declaration (default: none)")
+    s.add_argument("--max-model-len", type=int, default=4096)
+    s.add_argument("--dry-run", action="store_true", help="print the command lines and exit")
+    s.add_argument("extra", nargs=argparse.REMAINDER, help="after --: more `vllm serve` arguments")
+    s.set_defaults(fn=cmd_serve)
     b = sub.add_parser("bench", help="benchmarks; results under benchmarks/")
     b.add_argument("suite", choices=["solve", "coverage", "walks", "masks", "generate"])
     b.add_argument("--samples", type=int, default=3, help="coverage: random records per compiled schema")

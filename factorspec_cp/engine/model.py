@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["EmbeddedModel", "Request", "smollm2_cache_folder", "smollm2_gguf"]
+__all__ = ["EmbeddedModel", "Request", "smollm2_cache_folder", "smollm2_gguf", "smollm2_folder"]
 
 _FORMAT = 1  # bump when the cached model layout or the build changes
 SMOLLM2 = "smollm2-135m-instruct"
@@ -119,6 +119,20 @@ def _load_smollm2() -> tuple[Any, Any]:
                 shutil.rmtree(folder, ignore_errors=True)
             _build_cache(folder, source)
             return _load_folder(folder)
+
+
+def smollm2_folder() -> Path:
+    """The packaged model as a transformers folder that servers load: ``config.json`` (with ``architectures``),
+    safetensors weights and the tokenizer files, built once in the user cache (atomically) and reused; so
+    ``vllm serve "$(factorspec model path smollm2)"`` works offline."""
+    source = smollm2_gguf()
+    folder = smollm2_cache_folder(source)
+    with _lock:
+        if not (folder / "meta.json").is_file():
+            if folder.exists():  # an incomplete folder (a build that died): start again
+                shutil.rmtree(folder, ignore_errors=True)
+            _build_cache(folder, source)
+    return folder
 
 
 # ----- requests -----
