@@ -16,8 +16,10 @@ What the plugin does (DESIGN.md, Engine and serving):
   ``custom_class`` naming :class:`Proposer`, every factorspec request's draft is its certain run (capped by
   ``num_speculative_tokens``); vLLM's own ``update_draft_token_ids`` then checks it against the grammar. Where the
   rest of the record is certain (the run ends the record), the scheduler writes it out at once, without a forward
-  pass: in canonical mode each of those positions admits exactly one token. Requests without a declaration get the
-  proposer's prompt-lookup (n-gram) drafts when ``FACTORSPEC_VLLM_NGRAM=MIN:MAX`` is set, else none.
+  pass: in canonical mode each of those positions admits exactly one token. With ``FACTORSPEC_VLLM_NGRAM=MIN:MAX``
+  (``factorspec serve --ngram``) the proposer drafts by prompt lookup (vLLM's n-gram proposer): requests without a
+  declaration get those drafts, and factorspec requests get them where nothing is certain (hybrid), checked
+  against the grammar like any draft. Per request, ``vllm_xargs`` switch each part off (:func:`_option`).
 
 ``factorspec serve`` starts ``vllm serve`` configured this way and prints the equivalent command line.
 """
@@ -226,8 +228,9 @@ GuidanceWithFactorspec: Any = None
 
 
 def _option(request: Any, name: str) -> bool:
-    """A per-request switch from the OpenAI request's ``vllm_xargs`` (``{"factorspec_drafts": false}``,
-    ``{"factorspec_tail": false}``): on unless set false."""
+    """A per-request switch from the OpenAI request's ``vllm_xargs``, on unless set false:
+    ``factorspec_drafts`` (certain runs as drafts), ``factorspec_tail`` (certain record tails without a forward
+    pass), ``factorspec_lookup`` (where nothing is certain, the proposer's n-gram draft, checked by the grammar)."""
     extra = getattr(request.sampling_params, "extra_args", None) or {}
     return extra.get(name, True) not in (False, "false", "0", 0)
 
@@ -277,6 +280,8 @@ def _scheduler_class() -> Any:
                     drafts[i] = run
                     CLOCK.drafts += 1
                     CLOCK.draft_tokens += len(run)
+                elif not _option(request, "factorspec_lookup"):
+                    drafts[i] = []  # no certain run: keep the proposer's lookup draft only if the request wants it
             CLOCK.seconds += time.perf_counter() - t
             super().update_draft_token_ids(draft_token_ids)
 
