@@ -15,7 +15,8 @@ engine step, for every active request at once:
 4. the accepted tokens and the correction (or bonus) token are committed to the constraint and the KV cache.
 
 The verify width is per request: the certain run plus one, capped at ``width`` (the cap is chosen by measurement
-in ``factorspec bench generate``).
+in ``factorspec bench generate``). Where the rest of the record is certain (its certain run ends it), a request
+drafting certain runs takes those tokens without a forward pass: each admits one token in canonical mode.
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ class _Request:
         self.prompt = engine.model.chat_prompt(job.prompt, job.system)
         self.generated: list[int] = []
         self.done = False
-        self.steps = self.drafted = self.accepted = 0
+        self.steps = self.drafted = self.accepted = self.tail = 0
         self.constraint_seconds = 0.0
         self.margins: list[float] = []
         self.t0 = time.perf_counter()
@@ -256,12 +257,32 @@ class Engine:
             r.constraint_seconds += time.perf_counter() - t
             r.generated += committed + ([token] if token is not None else [])
             finished = any(tok in self.eos for tok in r.generated[-(len(committed) + 1):])
+            if not finished and self._tail(r):
+                finished = True
             if finished or len(r.generated) >= r.job.max_tokens:
                 r.done = True
             elif token is not None:
                 self.model.commit(r.mreq, len(committed), token)
             else:  # pragma: no cover - only an EOS-ended draft has no bonus token, and that finishes
                 raise AssertionError("no token to commit")
+
+    def _tail(self, r: _Request) -> bool:
+        """Where the rest of the record is certain (its certain run ends with EOS), take it without a forward pass:
+        in canonical mode each of those positions admits one token, which any acceptance rule commits. Only for
+        drafters that draft certain runs (the no-drafting baselines keep one token per step)."""
+        if not isinstance(r.drafter, (Certain, Hybrid)) or r.constraint is None:
+            return False
+        t = time.perf_counter()
+        run = r.constraint.certain_run(r.job.max_tokens - len(r.generated))
+        ok = bool(run) and run[-1] in self.eos
+        if ok:
+            for tok in run:
+                r.consume(tok)
+            r.generated += run
+            r.tail += len(run)
+            r.margins += [float("inf")] * len(run)  # one admitted token each: no second choice
+        r.constraint_seconds += time.perf_counter() - t
+        return ok
 
     # -- public ---------------------------------------------------------------------------------------------------
     def run(self, jobs: Sequence[Job], *, progress: Any = None) -> list[Result]:
@@ -301,7 +322,7 @@ class Engine:
             record = extract_json(text)
         n = len(r.generated)
         stats = {"verify_steps": r.steps, "tokens": n, "accept_length": round(n / max(1, r.steps), 3),
-                 "drafted": r.drafted, "accepted_drafts": r.accepted,
+                 "drafted": r.drafted, "accepted_drafts": r.accepted, "tail_tokens": r.tail,
                  "seconds": round(time.perf_counter() - r.t0, 4),
                  "constraint_seconds": round(r.constraint_seconds, 4), "solve_seconds": round(r.solve_seconds, 4),
                  "terminated": bool(r.generated and r.generated[-1] in self.eos),
