@@ -11,8 +11,8 @@ given prefix form one range. A walk from the current state descends that implici
 along bytes the layout admits (field slots filtered by the session's admissible values), and admits every token
 whose bytes it reaches. A token that completes a field value and runs on into the next slot is checked against
 that slot's admissible set *given* the value (a nested solver query). Inside a free string the walk would visit
-most of the vocabulary, so there the tokens run through the string's automaton as one numpy pass per column of
-the token byte matrix (cached per automaton state); those that close the string are grouped by what follows the
+most of the vocabulary, so there the mask is a lookup in token tables per automaton state (:mod:`.strings`, built
+once per automaton and vocabulary, kept on disk); tokens that close the string are grouped by what follows the
 closing quote and checked once per group. Exact masks are cached per (layout state, solver assignment), shared by
 every decoder of the same declaration, vocabulary and style.
 
@@ -55,6 +55,8 @@ import numpy as np
 
 from .freeslot import StringSlot
 from .layout import Layout, State
+from .strings import Closing, StringMasks
+from .stringtables import vocabulary_key
 from .vocab import Vocabulary
 
 if TYPE_CHECKING:
@@ -64,7 +66,6 @@ if TYPE_CHECKING:
 __all__ = ["Decoder", "TokenRejected", "TokenIndex", "mask_words", "mask_to_ids"]
 
 MODES = ("canonical", "exact")
-_DEAD, _EXIT = -1, -2
 
 
 class TokenRejected(ValueError):
@@ -95,8 +96,7 @@ def _pack(ids: np.ndarray, size: int) -> np.ndarray:
 class TokenIndex:
     """A vocabulary's content tokens sorted by bytes: the tokens sharing a prefix are one range ``[lo, hi)``.
 
-    ``ids[k]`` is the id of the ``k``-th token in byte order; ``matrix`` (built on first use) holds the tokens'
-    bytes row by row, zero-padded, with ``lengths``, for vectorized runs through a slot automaton.
+    ``ids[k]`` is the id of the ``k``-th token in byte order; ``lengths[k]`` its length in bytes.
     """
 
     def __init__(self, vocab: Vocabulary):
@@ -104,7 +104,6 @@ class TokenIndex:
         self.toks: list[bytes] = [t for t, _ in pairs]
         self.ids = np.array([i for _, i in pairs], dtype=np.int64)
         self.size = vocab.size
-        self._matrix: np.ndarray | None = None
         self.lengths = np.array([len(t) for t in self.toks], dtype=np.int32)
 
     @classmethod
@@ -115,14 +114,6 @@ class TokenIndex:
             idx = cls(vocab)
             vocab._token_index = idx  # type: ignore[attr-defined]
         return idx
-
-    @property
-    def matrix(self) -> np.ndarray:
-        if self._matrix is None:
-            width = int(self.lengths.max()) if len(self.toks) else 1
-            flat = np.frombuffer(b"".join(t.ljust(width, b"\0") for t in self.toks), dtype=np.uint8)
-            self._matrix = flat.reshape(len(self.toks), width)
-        return self._matrix
 
     def span(self, prefix: bytes, lo: int = 0, hi: int | None = None) -> tuple[int, int]:
         """The range of tokens starting with ``prefix`` (within ``[lo, hi)``)."""
@@ -142,130 +133,29 @@ class TokenIndex:
         return b - a > (1 if a < b and self.toks[a] == text else 0)
 
 
-# ------------------------------------------------------------------------------------------------ free strings
-class _StringRuns:
-    """All tokens run through one free string's automaton at once (numpy over the token byte matrix).
-
-    A reduced state is ``(pattern state, pending bytes)``; the character count is kept apart, so one run serves
-    every length and the ``minLength``/``maxLength`` checks are applied per mask (liveness is monotone along a
-    path: a token is admitted iff its end state is live)."""
-
-    def __init__(self, slot: StringSlot, index: TokenIndex):
-        self.slot, self.index = slot, index
-        self.cores: list[tuple[Any, bytes]] = []
-        self.partial: list[frozenset[Any]] = []  # classes that complete a state's pending bytes
-        self.rid: dict[tuple[Any, bytes], int] = {}
-        self.trans: dict[int, tuple[int, int]] = {}  # rid * 256 + byte -> (rid' | _DEAD | _EXIT, chars added)
-        self.runs: OrderedDict[Any, dict[str, np.ndarray]] = OrderedDict()
-
-    def _id(self, core: tuple[Any, bytes], partial: frozenset[Any] = frozenset()) -> int:
-        k = self.rid.get(core)
-        if k is None:
-            k = self.rid[core] = len(self.cores)
-            self.cores.append(core)
-            self.partial.append(partial)
-        return k
-
-    def _step(self, key: int) -> tuple[int, int]:
-        hit = self.trans.get(key)
-        if hit is not None:
-            return hit
-        rid, b = divmod(key, 256)
-        s, pending = self.cores[rid]
-        dfa = self.slot.dfa
-        entry = self.slot._table(pending).get(b)
-        out = (_DEAD, 0)
-        if entry is not None:
-            kind, cls, nxt = entry
-            if kind == "close":
-                out = (_EXIT, 0)
-            elif kind == "char":
-                t = dfa.trans[s].get(cls)
-                if t is not None:
-                    out = (self._id((t, b"")), 1)
-            elif cls & dfa.trans[s].keys():
-                out = (self._id((s, nxt), frozenset(cls)), 0)
-        self.trans[key] = out
-        return out
-
-    def run(self, core: tuple[Any, bytes], lo: int, hi: int, d: int) -> dict[str, np.ndarray]:
-        """Run tokens ``[lo, hi)`` from byte ``d`` on, starting in ``core``. Returns positions (into the index) and,
-        for those still inside: end state and characters added; for those that close the string: the column of
-        the closing quote, the state before it and the characters before it."""
-        key = (core, lo, hi, d)
-        hit = self.runs.get(key)
-        if hit is not None:
-            self.runs.move_to_end(key)
-            return hit
-        idx = self.index
-        rows = np.arange(lo, hi)
-        rows = rows[idx.lengths[rows] > d]
-        state = np.full(len(rows), self._id(core), dtype=np.int64)
-        chars = np.zeros(len(rows), dtype=np.int64)
-        alive = np.ones(len(rows), dtype=bool)
-        exit_col = np.full(len(rows), -1, dtype=np.int64)
-        mat, lengths = idx.matrix, idx.lengths[rows]
-        col = d
-        while True:
-            act = np.flatnonzero(alive & (lengths > col) & (exit_col < 0))
-            if not len(act):
-                break
-            keys = state[act] * 256 + mat[rows[act], col]
-            uniq, inv = np.unique(keys, return_inverse=True)
-            res = np.array([self._step(int(k)) for k in uniq], dtype=np.int64).reshape(-1, 2)
-            nxt, inc = res[inv, 0], res[inv, 1]
-            dead = nxt == _DEAD
-            alive[act[dead]] = False
-            ex = nxt == _EXIT
-            exit_col[act[ex]] = col
-            go = ~dead & ~ex
-            state[act[go]] = nxt[go]
-            chars[act[go]] += inc[go]
-            col += 1
-        inside = alive & (exit_col < 0)
-        out = {"in_pos": rows[inside], "in_state": state[inside], "in_chars": chars[inside],
-               "ex_pos": rows[alive & (exit_col >= 0)], "ex_col": exit_col[alive & (exit_col >= 0)],
-               "ex_state": state[alive & (exit_col >= 0)], "ex_chars": chars[alive & (exit_col >= 0)]}
-        self.runs[key] = out
-        if len(self.runs) > 256:
-            self.runs.popitem(last=False)
-        return out
-
-    def live(self, rid: int, n: int) -> bool:
-        s, pending = self.cores[rid]
-        dfa = self.slot.dfa
-        if pending:
-            return bool(self.partial[rid] & dfa.live_classes(s, n))
-        return dfa.live(s, n)
-
-    def closes(self, rid: int, n: int) -> bool:
-        s, pending = self.cores[rid]
-        dfa = self.slot.dfa
-        return (not pending and s in dfa.finals and n >= dfa.min_len
-                and (dfa.max_len is None or n <= dfa.max_len))
-
-
 # ------------------------------------------------------------------------------------------------------ compiled
 class _Compiled:
     """What every decoder of one (declaration, vocabulary, style) shares: the layout, the token index, the free
-    string runs and the caches of exact masks and certain runs."""
+    string masks and the caches of exact masks and certain runs."""
 
     def __init__(self, spec: Spec, vocab: Vocabulary, indent: int | None):
         self.spec, self.vocab, self.indent = spec, vocab, indent
         self.layout = Layout(spec, indent=indent)
         self.index = TokenIndex.of(vocab)
+        vocabulary_key(self.index)  # the free string tables' disk key: with the index, not at a string's first mask
         self.words = mask_words(vocab.size)
         self.eos = np.array(vocab.eos_token_ids, dtype=np.int64)
-        self.strings: dict[int, _StringRuns] = {}
+        self.strings: dict[int, StringMasks] = {}
         self.masks: OrderedDict[Any, np.ndarray] = OrderedDict()
         self.plans: OrderedDict[Any, tuple[_Step, ...]] = OrderedDict()
         self.suffixes: OrderedDict[Any, bool] = OrderedDict()
 
-    def string_runs(self, slot: StringSlot) -> _StringRuns:
-        runs = self.strings.get(id(slot))
-        if runs is None:
-            runs = self.strings[id(slot)] = _StringRuns(slot, self.index)
-        return runs
+    def string_masks(self, slot: StringSlot) -> StringMasks:
+        """The masks inside one free string slot (token tables shared per automaton and vocabulary, on disk)."""
+        masks = self.strings.get(id(slot))
+        if masks is None:
+            masks = self.strings[id(slot)] = StringMasks.of(slot, self.index)
+        return masks
 
 
 def _remember(cache: OrderedDict[Any, Any], key: Any, value: Any, limit: int) -> Any:
@@ -433,31 +323,23 @@ class Decoder:
                           ctx: tuple[Any, ...], flt: Any) -> np.ndarray:
         """Inside a free string: the positions in ``[lo, hi)`` (tokens sharing ``d`` bytes) that stay valid."""
         slot, sub = fs
-        _, _, s, n, pending = sub
-        runs = self._c.string_runs(slot)
-        r = runs.run((s, pending), lo, hi, d)
-        keep = [np.empty(0, dtype=np.int64)]
-        if len(r["in_pos"]):
-            ok = _pairwise(r["in_state"], r["in_chars"], lambda rid, k: runs.live(rid, n + k))
-            keep.append(r["in_pos"][ok])
-        if len(r["ex_pos"]):
-            ok = _pairwise(r["ex_state"], r["ex_chars"], lambda rid, k: runs.closes(rid, n + k))
-            pos, cols = r["ex_pos"][ok], r["ex_col"][ok]
-            if len(pos):
-                f = flt(ctx)
-                after = self.layout.after_free_slot(st, admissible=f)
-                if after is not None:
-                    toks = self._c.index.toks
-                    verdict: dict[bytes, bool] = {}
-                    good = np.zeros(len(pos), dtype=bool)
-                    for k, (p, col) in enumerate(zip(pos.tolist(), cols.tolist())):
-                        rest = toks[p][col + 1:]
-                        ok2 = verdict.get(rest)
-                        if ok2 is None:
-                            ok2 = verdict[rest] = self._suffix_ok(after, rest, ctx, f)
-                        good[k] = ok2
-                    keep.append(pos[good])
-        return np.concatenate(keep)
+        return self._c.string_masks(slot).positions(sub, lo, hi, d, *self._string_closing(st, ctx, flt))
+
+    def _string_closing(self, st: State, ctx: tuple[Any, ...], flt: Any) -> tuple[Any, Closing]:
+        """How tokens closing the free string at ``st`` are judged: a key for the verdicts (the slot's place, the
+        values ``ctx`` and the assignment decide them) and the verdict on each run of bytes after the quote."""
+        ((pc, ctr, _), pending), = st.threads
+        place = (pc, ctr, pending, ctx, self._key())
+
+        def verdicts(rests: list[bytes]) -> list[bool] | None:
+            f = flt(ctx)
+            after = self.layout.after_free_slot(st, admissible=f)
+            if after is None:
+                return None
+            first = self.layout.allowed_next_bytes(after, admissible=f)  # the first byte decides most of them
+            return [not r or (r[0] in first and self._suffix_ok(after, r, ctx, f)) for r in rests]
+
+        return place, verdicts
 
     def _suffix_ok(self, after: State, rest: bytes, ctx: tuple[Any, ...], f: Any) -> bool:
         if not rest:
@@ -484,6 +366,9 @@ class Decoder:
         frame = self._frames[-1]
         if frame.terminated:
             return np.zeros(self._c.words, dtype=np.int32)
+        fs = self.layout.free_string(frame.state)
+        if fs is not None:  # inside a free string: a lookup in its token tables (what _exact_ids would find there)
+            return self._c.string_masks(fs[0]).row(fs[1], *self._string_closing(frame.state, (), self._admissible))
         key = (frame.state, self._key())
         row = self._c.masks.get(key)
         if row is not None:
@@ -693,14 +578,6 @@ def _indent(style: str | int | None) -> int | None:
     if isinstance(style, str) and style.startswith("indent=") and style[7:].isdigit():
         return int(style[7:])
     raise ValueError(f"style must be 'compact', an indent N >= 0 or 'indent=N', not {style!r}")
-
-
-def _pairwise(a: np.ndarray, b: np.ndarray, fn: Any) -> np.ndarray:
-    """``fn(a[i], b[i])`` for every i, evaluated once per distinct pair."""
-    keys = a * (1 << 20) + b
-    uniq, inv = np.unique(keys, return_inverse=True)
-    vals = np.array([bool(fn(int(u >> 20), int(u & ((1 << 20) - 1)))) for u in uniq], dtype=bool)
-    return vals[inv]
 
 
 def _utf8_prefix(data: bytes) -> tuple[str, int]:

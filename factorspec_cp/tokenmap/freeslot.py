@@ -549,35 +549,35 @@ class StringSlot:
         """Inside the string, after ``pending``: each byte that may come next, as ``("close", None, None)``,
         ``("char", class, None)`` or ``("partial", class set, new pending)``; independent of the pattern state."""
         table = self._tables.get(pending)
-        if table is not None:
-            return table
-        dfa, table = self.dfa, {}
-        for b in range(256):
-            p = pending + bytes((b,))
-            entry: tuple[str, Any, Any] | None = None
-            if not pending and b == 0x22:
-                entry = ("close", None, None)
-            elif p[:1] == b"\\":
-                if p in ESCAPES:
-                    cls = dfa.class_of(ESCAPES[p])
-                    entry = ("char", cls, None) if cls is not None else None
-                elif p in _ESCAPE_PREFIXES:
-                    chars = [c for k, c in ESCAPES.items() if k.startswith(p)]
-                    entry = ("partial", frozenset(dfa.class_of(c) for c in chars) - {None}, p)
-            elif not pending and 0x20 <= b < 0x80:
-                cls = dfa.class_of(chr(b))
-                entry = ("char", cls, None) if cls is not None else None
-            elif p[0] >= 0x80:
-                ranges = _utf8_ranges(p)
-                if ranges is not None and len(p) == (2 if p[0] < 0xE0 else 3 if p[0] < 0xF0 else 4):
-                    cls = dfa.class_of(chr(ranges[0][0]))
-                    entry = ("char", cls, None) if cls is not None else None
-                elif ranges is not None:
-                    entry = ("partial", dfa.classes_in(ranges), p)
-            if entry is not None and (entry[0] != "partial" or entry[1]):
-                table[b] = entry
-        self._tables[pending] = table
+        if table is None:
+            table = self._tables[pending] = {b: e for b in range(256) if (e := self.entry(pending, b)) is not None}
         return table
+
+    def entry(self, pending: bytes, b: int) -> tuple[str, Any, Any] | None:
+        """One entry of :meth:`_table`: what byte ``b`` does after ``pending`` (``None``: it cannot come next)."""
+        dfa = self.dfa
+        p = pending + bytes((b,))
+        entry: tuple[str, Any, Any] | None = None
+        if not pending and b == 0x22:
+            entry = ("close", None, None)
+        elif p[:1] == b"\\":
+            if p in ESCAPES:
+                cls = dfa.class_of(ESCAPES[p])
+                entry = ("char", cls, None) if cls is not None else None
+            elif p in _ESCAPE_PREFIXES:
+                chars = [c for k, c in ESCAPES.items() if k.startswith(p)]
+                entry = ("partial", frozenset(dfa.class_of(c) for c in chars) - {None}, p)
+        elif not pending and 0x20 <= b < 0x80:
+            cls = dfa.class_of(chr(b))
+            entry = ("char", cls, None) if cls is not None else None
+        elif p[0] >= 0x80:
+            ranges = _utf8_ranges(p)
+            if ranges is not None and len(p) == (2 if p[0] < 0xE0 else 3 if p[0] < 0xF0 else 4):
+                cls = dfa.class_of(chr(ranges[0][0]))
+                entry = ("char", cls, None) if cls is not None else None
+            elif ranges is not None:
+                entry = ("partial", dfa.classes_in(ranges), p)
+        return entry if entry is not None and (entry[0] != "partial" or entry[1]) else None
 
     def _step_core(self, core: tuple[int, Any, int, bytes], b: int) -> tuple[int, Any, int, bytes] | None:
         phase, s, n, pending = core
