@@ -1,8 +1,10 @@
 """``factorspec bench solve``: field-open latency and certain share per backend and workload.
 
-For each problem: compile the declaration, open a session, ``prepare()`` it (the root pass, which a server runs
-while the prompt is prefilled), then walk the gold record in record order: on entering each field, time
-``admissible(field)``, note whether it is certain, check that the gold value is admitted, assign it.
+For each problem: compile the declaration (with what depends only on it: the objective's optimum and the backend's
+encoding, which a server's compile cache keeps), open a session, ``prepare()`` it (the root pass over narrow
+fields, which a server runs while the prompt is prefilled), then walk the gold record in record order: on entering
+each field, time what the decoder asks when its slot opens (:func:`open_field`), note whether it is certain, check
+that the gold value is admitted (untimed), assign it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BackendUnsupported
+from ..session import WIDE_DOMAIN, Session, choose_backend, make_backend
 from ..spec import Spec, _get
+from ..tokenmap.layout import field_matcher, open_slot
 from . import summary_ms
 
 # backend -> workload groups it runs on (csp evaluates Python checks per tuple: teaching-sized problems only)
@@ -55,6 +59,41 @@ def _runs_on(backend: str, group: str) -> bool:
     return group == "calendar"
 
 
+def compile_backends(spec: Spec) -> None:
+    """What a declaration's first session would otherwise build: the objective's optimum, the SAT encoding (where
+    it fits) and the CP-SAT model, each cached on the spec and shared by its sessions. A server's compile cache
+    holds them, as it holds the layout."""
+    choose_backend(spec, None, spec.active_instances)
+    make_backend(spec, "cpsat", spec.active_instances).close()
+
+
+def wide_matchers(session: Session) -> dict[str, Any]:
+    """The slot matcher of each wide field (as the decoder's layout holds them: one per domain, built with the
+    declaration's layout, not per walk)."""
+    by_domain: dict[Any, Any] = {}
+    out = {}
+    for p, f in session.spec.fields.items():
+        if session.wide(p):
+            m = by_domain.get(f.values)
+            out[p] = by_domain[f.values] = m if m is not None else field_matcher(f)
+    return out
+
+
+def open_field(session: Session, path: str, matchers: dict[str, Any]) -> tuple[bool, Any]:
+    """What the decoder asks when a field's slot opens, and whether the field is certain then. A narrow field:
+    ``admissible(path)``, the list the layout filter takes. A wide one (:meth:`Session.wide`): the questions the
+    certain-run planner asks at the slot's start (:func:`~factorspec_cp.tokenmap.layout.open_slot`: the bytes every
+    admissible value starts with, then which next bytes are admissible where they branch), not a full list."""
+    if not session.wide(path) or path in session.assignment:
+        adm = session.admissible(path)
+        return len(adm) == 1, adm
+    m = matchers.get(path)
+    if m is None:
+        m = matchers[path] = field_matcher(session.spec.fields[path])
+    _, nxt, whole = open_slot(m, session.questions(path))
+    return not nxt and whole, None
+
+
 def walk(spec: Spec, gold: dict[str, Any], backend: str | None) -> dict[str, Any]:
     """One gold walk: set-up seconds, per-field open seconds, certain flags, and gold admission failures."""
     gc.collect()  # between problems, so one problem's garbage is not collected inside the next one's timings
@@ -63,13 +102,14 @@ def walk(spec: Spec, gold: dict[str, Any], backend: str | None) -> dict[str, Any
     session.prepare()
     setup = time.perf_counter() - t0
     opens, certain, misses = [], 0, []
+    matchers = wide_matchers(session)
     for path in spec.fields:
         value = _get(gold, path)
         t = time.perf_counter()
-        adm = session.admissible(path)
+        sure, adm = open_field(session, path, matchers)
         opens.append(time.perf_counter() - t)
-        certain += len(adm) == 1
-        if value not in adm:
+        certain += sure
+        if not (value in adm if adm is not None else session.any_admissible(path, [value])):
             misses.append(path)
             break
         session.assign(path, value)
@@ -88,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
     for k, (group, make, gold) in enumerate(problems):
         t = time.perf_counter()
         spec = make()
+        compile_backends(spec)
         compile_s = time.perf_counter() - t
         for backend in ["default", *backends]:
             if backend != "default" and not _runs_on(backend, group):
@@ -125,11 +166,16 @@ def run(args: argparse.Namespace) -> int:
                        "processor": platform.processor() or platform.machine()},
            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "results": results,
            "skipped": [{"workload": g, "backend": b, "reason": why} for (g, b), why in skipped.items()],
-           "notes": "field_open_ms: admissible(field) on entering each field along the gold record, after "
-                    "session set-up; setup_ms: session creation + prepare() (the root pass, run once per request "
-                    "while the prompt is prefilled). certain_share: fields whose admissible set was one value on "
-                    "entering them. csp runs on trip <= 5 cities and calendar only. The garbage collector runs between "
-                    "walks (gc.collect()), not inside them."}
+           "notes": "field_open_ms: on entering each field along the gold record, after session set-up, what the "
+                    "decoder asks when its slot opens: admissible(field) for a field of at most "
+                    f"{WIDE_DOMAIN} values; for a wider one the certain-run planner's first questions (the bytes "
+                    "every admissible value starts with, then which next bytes are admissible where they branch; "
+                    "no full admissible list). The gold value's admission check is not timed. setup_ms: session "
+                    "creation + prepare() (the root pass over narrow fields, run once per request while the prompt "
+                    "is prefilled). compile_ms: the declaration, its objective's optimum, its SAT encoding and CP-SAT "
+                    "model (what a compile cache keeps). certain_share: fields certain on entering them. csp runs on "
+                    "trip <= 5 cities and calendar only. The garbage collector runs between walks (gc.collect()), not "
+                    "inside them."}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "solve.json").write_text(json.dumps(doc, indent=2) + "\n")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..relations import Literal, Term, compare
@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 Fixed = Mapping[str, int]  # field path -> value index
 Excluded = Mapping[str, Sequence[int]]  # field path -> value indices ruled out for this solve
+Allowed = Mapping[str, Sequence[tuple[int, int]]]  # field path -> the only value indices allowed (inclusive intervals)
 
 
 class Context(ABC):
@@ -45,17 +46,46 @@ class Context(ABC):
         """Encode a (nested) relation with this backend's method: ``encode_sat`` or ``encode_cpsat``."""
 
 
-def weights(terms: Sequence[Term], fields: Mapping[str, Field]) -> dict[str, list[int]]:
-    """Group terms by field: ``{path: [contribution of value k for k in domain]}`` (coefficients folded in)."""
+def weights(terms: Sequence[Term], fields: Mapping[str, Field],
+            memo: dict[Any, Any] | None = None) -> dict[str, list[int]]:
+    """Group terms by field: ``{path: [contribution of value k for k in domain]}`` (coefficients folded in).
+
+    ``memo`` (one per encoding) keeps each (field, map) column, so many terms over wide fields (meeting times, each
+    with its 900-entry map) are mapped once, not once per term."""
     out: dict[str, list[int]] = {}
     for t in terms:
         f = fields[t.path]
-        w = [t.value(v) for v in f.values]
+        if memo is None:
+            w = [t.value(v) for v in f.values]
+        else:  # columns are shared: callers build new lists, never change these
+            key = (t.path, id(t.map), t.coef)
+            hit = memo.get(key)
+            if hit is None:  # the map is kept with its column, so its id stays its own while the memo lives
+                unit = memo.get((t.path, id(t.map), 1))
+                if unit is None:
+                    one = Term(1, t.path, t.map)
+                    unit = memo[(t.path, id(t.map), 1)] = (t.map, [one.value(v) for v in f.values])
+                hit = memo[key] = unit if t.coef == 1 else (t.map, [t.coef * x for x in unit[1]])
+            w = hit[1]
         if t.path in out:
             out[t.path] = [a + b for a, b in zip(out[t.path], w)]
         else:
             out[t.path] = w
     return out
+
+
+def weights_memo(spec: Spec) -> dict[Any, Any]:
+    """The declaration's :func:`weights` memo, shared by its encodings and sessions (columns depend only on it)."""
+    return spec._encoded.setdefault("weights", {})
+
+
+def index_domains(fields: Mapping[str, Field], paths: Iterable[str]) -> None:
+    """Build each field's value -> index map now, with the declaration's encoding: sessions look values up at
+    every assignment, and a 900-value enum's map costs about a millisecond to build."""
+    for p in paths:
+        f = fields[p]
+        if f.size:
+            f.index(f.values[0])
 
 
 def count_bounds(op: str, rhs: int, n: int) -> list[tuple[int, int]]:
@@ -73,9 +103,10 @@ def count_bounds(op: str, rhs: int, n: int) -> list[tuple[int, int]]:
 class Backend(ABC):
     """One session's solver. ``solve`` returns a witness (every encoded field's value index) or None.
 
-    ``fixed`` pins fields to value indices, ``excluded`` rules value indices out, ``enabled`` (a set of instance
-    numbers; None = all) switches relations on for explanations. ``time_limit`` bounds one call in seconds; past it
-    the call returns None and sets ``self.timed_out``.
+    ``fixed`` pins fields to value indices, ``excluded`` rules value indices out, ``allowed`` restricts fields to
+    intervals of value indices (a wide field's question: "any admissible value in these?"), ``enabled`` (a set of
+    instance numbers; None = all) switches relations on for explanations. ``time_limit`` bounds one call in
+    seconds; past it the call returns None and sets ``self.timed_out``.
     """
 
     name: str = ""
@@ -87,7 +118,13 @@ class Backend(ABC):
 
     @abstractmethod
     def solve(self, fixed: Fixed, excluded: Excluded | None = None, enabled: set[int] | None = None,
-              time_limit: float | None = None) -> dict[str, int] | None: ...
+              time_limit: float | None = None, *, allowed: Allowed | None = None) -> dict[str, int] | None: ...
+
+    def bounds(self, fixed: Fixed, path: str,
+               time_limit: float | None = None) -> tuple[dict[str, int], dict[str, int]] | None:
+        """Witnesses with the least and the greatest value index ``path`` takes in valid records under ``fixed``,
+        each proven (an optimization); ``None`` where the backend does not optimize or the proof ran out of time."""
+        return None
 
     def close(self) -> None:
         """Release solver resources."""

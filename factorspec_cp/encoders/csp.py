@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import constraint
 
-from .base import Backend, Excluded, Fixed
+from .base import Allowed, Backend, Excluded, Fixed
 
 if TYPE_CHECKING:
     from ..spec import Instance, Spec
@@ -36,7 +36,7 @@ class CspBackend(Backend):
         return constraint.FunctionConstraint(holds)
 
     def solve(self, fixed: Fixed, excluded: Excluded | None = None, enabled: set[int] | None = None,
-              time_limit: float | None = None) -> dict[str, int] | None:
+              time_limit: float | None = None, *, allowed: Allowed | None = None) -> dict[str, int] | None:
         self.solves += 1
         if not self.scope:
             return {}
@@ -44,9 +44,13 @@ class CspBackend(Backend):
         for p in self.scope:
             if p in fixed:
                 dom = [fixed[p]]
+                if allowed and p in allowed and not any(a <= fixed[p] <= b for a, b in allowed[p]):
+                    return None
             else:
                 out = set((excluded or {}).get(p, ()))
                 dom = [k for k in range(self.spec.fields[p].size) if k not in out]
+                if allowed and p in allowed:
+                    dom = [k for k in dom if any(a <= k <= b for a, b in allowed[p])]
             if not dom:
                 return None
             problem.addVariable(p, dom)

@@ -19,7 +19,7 @@ from pysat.solvers import Solver
 from ..errors import BackendUnsupported
 from ..relations import Literal, Term, compare, relation_has_sat
 from ..schema import jkey
-from .base import Backend, Context, Excluded, Fixed, count_bounds, weights
+from .base import Allowed, Backend, Context, Excluded, Fixed, count_bounds, index_domains, weights, weights_memo
 
 if TYPE_CHECKING:
     from ..spec import Instance, Spec
@@ -47,6 +47,7 @@ class SatEncoding:
         self._flat = array("i")  # clauses, each closed by 0: one object, nothing for the garbage collector to walk
         self.lits: dict[str, list[int]] = {}
         self.selectors: dict[int, int] = {}
+        self.weights = weights_memo(spec)  # the memo of :func:`weights`
         for inst in instances:
             if not relation_has_sat(inst.relation):
                 raise BackendUnsupported(f"{inst.label} has no SAT encoding", pointer=inst.where,
@@ -60,6 +61,7 @@ class SatEncoding:
                 raise EncodingTooLarge(f"{p} has {f.size} values (SAT takes up to {MAX_DOMAIN})")
             self.lits[p] = [self.new_var() for _ in range(f.size)]
             self.exactly_one(self.lits[p])
+        index_domains(self.fields, self.lits)
         for inst in instances:
             sel = self.new_var()
             self.selectors[inst.number] = sel
@@ -135,7 +137,7 @@ class SatContext(Context):
 
     # -- Context -------------------------------------------------------------------------------------------------
     def add_linear(self, terms: Sequence[Term], op: str, rhs: int) -> None:
-        w = weights(terms, self.fields)
+        w = weights(terms, self.fields, self.enc.weights)
         for p in list(w):  # fold constant contributions into the right-hand side
             if len(set(w[p])) == 1:
                 rhs -= w.pop(p)[0]
@@ -303,7 +305,7 @@ class SatBackend(Backend):
         self.last_core: set[tuple[str, Any]] | None = None
 
     def solve(self, fixed: Fixed, excluded: Excluded | None = None, enabled: set[int] | None = None,
-              time_limit: float | None = None) -> dict[str, int] | None:
+              time_limit: float | None = None, *, allowed: Allowed | None = None) -> dict[str, int] | None:
         self.solves += 1
         self.timed_out = False
         lits = self.enc.lits
@@ -312,6 +314,20 @@ class SatBackend(Backend):
         assumptions += [lits[p][k] for p, k in fixed.items() if p in lits]
         if excluded:
             assumptions += [-lits[p][k] for p, ks in excluded.items() if p in lits for k in ks]
+        for p, ivs in (allowed or {}).items():  # the values outside the intervals, assumed false
+            if p in fixed:
+                if not any(a <= fixed[p] <= b for a, b in ivs):
+                    return None
+            elif p in lits:
+                xs, at, inside = lits[p], 0, False
+                for a, b in sorted(ivs):
+                    a, b = max(a, at), min(b, len(xs) - 1)
+                    if a <= b:
+                        assumptions.extend(-x for x in xs[at:a])
+                        at, inside = b + 1, True
+                if not inside:
+                    return None
+                assumptions.extend(-x for x in xs[at:])
         if not self.solver.solve(assumptions=assumptions):
             core = set(self.solver.get_core() or [])
             sel_of = {v: n for n, v in self.enc.selectors.items()}

@@ -246,9 +246,13 @@ class Decoder:
         return tuple(sorted(self.session._fixed().items()))
 
     def _admissible(self, ctx: tuple[tuple[str, Any], ...] = ()) -> Any:
-        """A layout filter: the session's admissible values, given the extra field values ``ctx``."""
+        """A layout filter: the session's admissible values, given the extra field values ``ctx``. A wide field
+        gives the session's questions about it instead of a list: the layout asks what each next byte needs."""
         session, fields = self.session, self._fields
         extra = [(p, v) for p, v in ctx if p in fields]
+
+        def ask(p: str) -> Any:
+            return session.questions(p) if session.wide(p) else session.admissible(p)
 
         def fn(p: str) -> Any:
             if p not in fields:
@@ -256,12 +260,12 @@ class Decoder:
             t = time.perf_counter()
             try:
                 if not extra:
-                    return session.admissible(p)
+                    return ask(p)
                 session.push()
                 try:
                     for q, v in extra:
                         session.assign(q, v)
-                    return session.admissible(p)
+                    return ask(p)
                 finally:
                     session.pop()
             finally:

@@ -23,11 +23,16 @@ States are immutable and hashable, so a decoder keeps a stack of them to roll ba
 ((('/days', 1),), True)
 >>> lay.allowed_next_bytes(lay.start(), admissible=lambda p: ["Riga"] if p == "/city" else None)
 frozenset({123})
+
+A wide field (minute-level times, date enums) need not be listed: ``admissible`` may return an object with
+``among(groups) -> list[bool]`` (a session's :class:`~factorspec_cp.session.FieldQuestions`), and the layout then
+asks, per typed prefix, which next bytes lead to an admissible value, each as one group of domain-index intervals.
 """
 
 from __future__ import annotations
 
 import json
+import weakref
 from bisect import bisect_left
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -49,10 +54,12 @@ from ..schema import (
 from ..schema import escape as escape_token
 from .freeslot import NOTHING, IntegerSlot, NumberSlot, StringSlot
 
-__all__ = ["Layout", "State", "Slot", "EnumSlot", "render_value", "Admissible"]
+__all__ = ["Layout", "State", "Slot", "EnumSlot", "render_value", "Admissible", "field_matcher", "open_slot"]
 
-#: ``admissible(pointer)``: the values a field slot may take now (``None``: no restriction).
-Admissible = Callable[[str], Union[Collection[Any], None]]
+#: ``admissible(pointer)``: the values a field slot may take now (``None``: no restriction), or an object whose
+#: ``among(groups)`` says for each group of domain-index intervals whether an admissible value lies in it.
+Admissible = Callable[[str], Union[Collection[Any], Any, None]]
+Interval = tuple[int, int]
 Event = tuple[str, Any]
 Core = tuple[int, tuple[int, ...], Any]  # (program counter, array indices, slot sub-state)
 Thread = tuple[Core, tuple[Event, ...]]  # a core and the events it completed that are not yet certain
@@ -101,7 +108,9 @@ class EnumSlot:
         self.renders = [r for r, _ in pairs]
         self.order = [k for _, k in pairs]
         self.by_render = {r: self.domain[k] for r, k in pairs}
+        self._index = {r: k for r, k in pairs}
         self._next: dict[bytes, frozenset[int]] = {}
+        self._iv: dict[bytes, list[Interval]] = {}
 
     def _span(self, t: bytes) -> tuple[int, int]:
         # renderings are UTF-8, which never holds 0xFF: every rendering starting with t sorts below t + b"\xff"
@@ -140,27 +149,157 @@ class EnumSlot:
         lo, hi = self._span(sub)
         return [self.domain[k] for k in sorted(self.order[lo:hi])]
 
+    def admits(self, sub: bytes) -> bool:
+        """Whether ``sub`` is a whole value's rendering."""
+        return sub in self.by_render
+
+    def index_of(self, sub: bytes) -> int | None:
+        """The domain index of the value ``sub`` renders, or ``None``."""
+        return self._index.get(sub)
+
+    def index_intervals(self, t: bytes) -> list[Interval]:
+        """The domain indices of the values whose rendering starts with ``t``, as inclusive intervals (one range of
+        the sorted renderings; in domain order, a few intervals: ``"1`` of clock times is 10:00AM-1:59PM and
+        10:00PM-11:59PM)."""
+        out = self._iv.get(t)
+        if out is None:
+            lo, hi = self._span(t)
+            out = []
+            for k in sorted(self.order[lo:hi]):
+                if out and out[-1][1] == k - 1:
+                    out[-1] = (out[-1][0], k)
+                else:
+                    out.append((k, k))
+            if len(self._iv) > 50_000:
+                self._iv.clear()
+            self._iv[t] = out
+        return out
+
 
 class _RangeSlot(IntegerSlot):
     """An integer field's range domain: an :class:`IntegerSlot` whose values list in domain order."""
 
     def __init__(self, values: range):
         super().__init__(values.start, values[-1], values.step, values.start)
+        self.range = values
+        self.domain = values
 
     def values(self, sub: bytes) -> list[int]:  # type: ignore[override]
         return sorted(super().values(sub))
 
+    def index_of(self, sub: bytes) -> int | None:
+        v = self.value(sub)
+        return None if v is NOTHING else (v - self.range.start) // self.range.step
+
+    def index_intervals(self, t: bytes) -> list[Interval]:
+        """The domain indices of the integers whose rendering starts with ``t`` (one interval per digit count)."""
+        r = self.range
+        first, last = r.start, r[-1]
+        out = []
+        for a, b in self._intervals(t):
+            a = first if a is None else max(a, first)
+            b = last if b is None else min(b, last)
+            if a <= b:
+                i, j = -(-(a - first) // r.step), (b - first) // r.step
+                if i <= j:
+                    out.append((i, j))
+        return sorted(out)
+
+
+class _AskedSlot:
+    """A wide field slot whose admissible values are asked, not listed: ``has_prefix(t)`` asks in one batch which
+    next bytes after ``t[:-1]`` (and whether ``t[:-1]`` itself as a value) lead to an admissible value, each as the
+    domain-index intervals under it. Answers are kept for the slot's life: one assignment of one session."""
+
+    def __init__(self, matcher: EnumSlot | _RangeSlot, questions: Any):
+        self.m, self.q = matcher, questions
+        self.prefix: dict[bytes, bool] = {}
+        self.value: dict[int, bool] = {}
+
+    def has_prefix(self, t: bytes) -> bool:
+        hit = self.prefix.get(t)
+        if hit is None:
+            if not t:
+                hit = self.q.among([[(0, len(self.m.domain) - 1)]])[0]
+            elif not self.has_prefix(t[:-1]):
+                hit = False
+            else:
+                self._ask(t[:-1])
+                hit = self.prefix.get(t)
+                if hit is None:  # not a next byte of the domain: callers step only along those, but be exact
+                    hit = self.q.among([self.m.index_intervals(t)])[0]
+            self.prefix[t] = hit
+        return hit
+
+    def _ask(self, s: bytes) -> None:
+        """Ask at once about every next byte after ``s`` and about ``s`` as a whole value."""
+        subs = [u for u in (s + bytes((b,)) for b in sorted(self.m.next_bytes(s))) if u not in self.prefix]
+        groups = [self.m.index_intervals(u) for u in subs]
+        k = self.m.index_of(s)
+        whole = k is not None and k not in self.value
+        if whole:
+            groups.append([(k, k)])  # type: ignore[list-item]
+        if not groups:
+            return
+        res = self.q.among(groups)
+        for u, ok in zip(subs, res):
+            self.prefix[u] = ok
+        if whole:
+            self.value[k] = res[-1]  # type: ignore[index]
+
+    def admits(self, sub: bytes) -> bool:
+        k = self.m.index_of(sub)
+        if k is None or not self.has_prefix(sub):
+            return False
+        if k not in self.value:
+            self._ask(sub)
+        return self.value[k]
+
+    def values(self, sub: bytes) -> list[Any]:
+        ks = [k for a, b in self.m.index_intervals(sub) for k in range(a, b + 1)]
+        ok = self.q.among([[(k, k)] for k in ks]) if ks else []
+        return [self.m.domain[k] for k, y in zip(ks, ok) if y]
+
+
+def field_matcher(f: Field) -> EnumSlot | _RangeSlot:
+    """The byte matcher of a field's slot: its domain's renderings (a range of integers: by digits)."""
+    return _RangeSlot(f.values) if isinstance(f.values, range) else EnumSlot(f.values)
+
+
+def open_slot(f: Field | EnumSlot | _RangeSlot, questions: Any) -> tuple[bytes, list[int], bool]:
+    """What a decoder asks of a wide field when its slot opens (the certain-run planner's first questions): the
+    bytes every admissible value starts with, the admissible next bytes where they branch, and whether the bytes
+    so far are a whole admissible value. Certain iff no next byte is admissible and the value is whole.
+
+    >>> import factorspec_cp as fs
+    >>> spec = fs.Spec({"type": "object", "required": ["t"], "properties": {
+    ...     "t": {"type": "integer", "minimum": 0, "maximum": 999}}}, [fs.Compare("/t", ">=", 990)])
+    >>> open_slot(spec.fields["/t"], spec.session().questions("/t"))
+    (b'99', [48, 49, 50, 51, 52, 53, 54, 55, 56, 57], False)
+    """
+    m = f if isinstance(f, (EnumSlot, _RangeSlot)) else field_matcher(f)
+    slot = _AskedSlot(m, questions)
+    sub = b""
+    while True:
+        nxt = [b for b in sorted(m.next_bytes(sub)) if slot.has_prefix(sub + bytes((b,)))]
+        whole = m.index_of(sub) is not None and slot.admits(sub)
+        if len(nxt) != 1 or whole:
+            return sub, nxt, whole
+        sub += bytes(nxt)
+
 
 class _Filter:
-    """One call's view of ``admissible``: each pointer asked once, as an :class:`EnumSlot` of domain values."""
+    """One call's view of ``admissible``: each pointer asked once, as an :class:`EnumSlot` of domain values, or
+    (a wide field's questions) as an :class:`_AskedSlot` kept with the questions object across calls."""
 
-    def __init__(self, fn: Admissible, shared: dict[Any, EnumSlot]):
+    def __init__(self, fn: Admissible, shared: dict[Any, EnumSlot], asking: weakref.WeakKeyDictionary[Any, Any]):
         self.fn = fn
         self.shared = shared  # the layout's cache of filtered domains, across calls
-        self.asked: dict[str, Collection[Any] | None] = {}
-        self.memo: dict[tuple[str, int], EnumSlot | None] = {}
+        self.asking = asking  # the layout's asked slots per questions object, across calls
+        self.asked: dict[str, Any] = {}
+        self.memo: dict[tuple[str, int], EnumSlot | _AskedSlot | None] = {}
 
-    def get(self, pointer: str, f: Field) -> EnumSlot | None:
+    def get(self, pointer: str, f: Field, matcher: Any) -> EnumSlot | _AskedSlot | None:
         key = (pointer, id(f))  # union branches share pointers, not domains
         if key not in self.memo:
             if pointer not in self.asked:
@@ -168,6 +307,17 @@ class _Filter:
             vals = self.asked[pointer]
             if vals is None:
                 self.memo[key] = None
+            elif hasattr(vals, "among"):
+                slots = self.asking.get(vals)
+                if slots is None:
+                    slots = self.asking[vals] = {}
+                asked = slots.get(id(matcher))
+                if asked is None:
+                    if getattr(vals, "size", len(matcher.domain)) != len(matcher.domain):
+                        raise ValueError(f"{pointer}: the questions are about {vals.size} values, the slot has "
+                                         f"{len(matcher.domain)}")
+                    asked = slots[id(matcher)] = _AskedSlot(matcher, vals)
+                self.memo[key] = asked
             else:
                 vals = list(vals)
                 cache_key = (id(f), tuple(jkey(v) for v in vals))
@@ -226,6 +376,7 @@ class Layout:
         self._closures: dict[tuple[int, tuple[int, ...]], tuple[Core, ...]] = {}
         self._pointers: dict[tuple[tuple[str | None, ...], tuple[int, ...]], str] = {}
         self._filtered: dict[Any, EnumSlot] = {}
+        self._asking: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         self._start = State(frozenset((core, ()) for core in self._closure(0, ())))
 
     def __repr__(self) -> str:
@@ -260,7 +411,7 @@ class Layout:
         if isinstance(node, Leaf):
             f = node.field
             if isinstance(f, Field):
-                self._emit(FIELD, segs, _RangeSlot(f.values) if isinstance(f.values, range) else EnumSlot(f.values), f)
+                self._emit(FIELD, segs, field_matcher(f), f)
             else:
                 self._emit(FREE, segs, _free_slot(f), f)
         elif isinstance(node, ObjectNode):
@@ -400,10 +551,10 @@ class Layout:
             self._pointers[key] = ptr
         return ptr
 
-    def _allowed(self, ins: list[Any], ctr: tuple[int, ...], flt: _Filter | None) -> EnumSlot | None:
+    def _allowed(self, ins: list[Any], ctr: tuple[int, ...], flt: _Filter | None) -> EnumSlot | _AskedSlot | None:
         if flt is None or ins[0] != FIELD:
             return None
-        return flt.get(self._pointer(ins[1], ctr), ins[3])
+        return flt.get(self._pointer(ins[1], ctr), ins[3], ins[2])
 
     def _enter(self, pc: int, ctr: tuple[int, ...], flt: _Filter | None) -> list[tuple[Core, tuple[Event, ...]]]:
         return [(core, ()) for core in self._closure(pc, ctr) if self._may_enter(core, flt)]
@@ -419,7 +570,7 @@ class Layout:
         if ins[0] == FREE:
             return ()
         allowed = self._allowed(ins, ctr, flt)
-        if allowed is not None and sub not in allowed.by_render:
+        if allowed is not None and not allowed.admits(sub):
             return None
         return ((self._pointer(ins[1], ctr), value),)
 
@@ -482,13 +633,13 @@ class Layout:
     def _flt(self, admissible: Admissible | _Filter | None) -> _Filter | None:
         if admissible is None or isinstance(admissible, _Filter):
             return admissible
-        return _Filter(admissible, self._filtered)
+        return _Filter(admissible, self._filtered, self._asking)
 
     # -- public -------------------------------------------------------------------------------------------------
     def filter(self, admissible: Admissible) -> _Filter:
         """``admissible`` wrapped once for many calls: each pointer is asked once over the filter's life (use one
         per solver state). Every method taking ``admissible`` also takes a filter."""
-        return _Filter(admissible, self._filtered)
+        return _Filter(admissible, self._filtered, self._asking)
 
     def after_free_slot(self, state: State, *, admissible: Admissible | _Filter | None = None) -> State | None:
         """For a state of one thread inside a free slot: the state right after the slot's value completes there

@@ -1,0 +1,162 @@
+"""Witnesses for free: a solver's witness moved to nearby values, each moved record checked valid in Python.
+
+A solution is moved by shifting one field, alone or together with its *siblings* (fields of the same object with
+the same domain: the start and end of one interval, moved whole), by a delta of value indices. Only the relations
+that read a moved field can change their verdict, so checking those (compiled to value indices,
+:mod:`.checks`) on the moved record proves it a full valid record. A move found holds for a range of deltas (a
+*run*, :mod:`.witnesses`). Exactness never depends on this: a record is kept only when it checks, and the solver
+decides the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .checks import Check, compiled
+from .encoders.base import weights_memo
+from .relations import Implies
+from .witnesses import Interval, Known
+
+if TYPE_CHECKING:
+    from .spec import Instance, Spec
+
+#: Repairing a witness for a wide field's question steps at most this far each way: each step checks relations
+#: (about 0.02 ms on meeting planning, a twentieth of a solve), and trying each asked group's nearest value answers
+#: more questions per check (over 40 meeting problems, 0 or 8 steps each way with that try: 1,099 and 998 solves,
+#: the same time within noise).
+WIDE_REPAIR_STEPS = 0
+#: ... and tries at most this many of each asked group's values nearest the witness's (2: as many solves).
+WIDE_REPAIR_TRIES = 1
+
+#: ``add(positions, first delta, last delta)``: keep the run of the witness with those positions shifted.
+Add = Callable[[tuple[int, ...], int, int], None]
+
+
+class Repairer:
+    """A declaration's repairs: which relations read each field, each field's siblings, and the checks."""
+
+    def __init__(self, spec: Spec, instances: Sequence[Instance], paths: Sequence[str]):
+        self.spec, self.paths = spec, list(paths)
+        self.pos = {p: k for k, p in enumerate(self.paths)}
+        self.touching: dict[str, list[Instance]] = {}
+        for inst in instances:
+            for p in inst.scope:
+                self.touching.setdefault(p, []).append(inst)
+        fields = spec.fields
+        self.siblings: dict[str, list[str]] = {}
+        for p in self.paths:
+            parent = p.rsplit("/", 1)[0]
+            self.siblings[p] = [q for q in self.paths if q != p and q.rsplit("/", 1)[0] == parent
+                                and fields[p].size > 2 and fields[q].values == fields[p].values]
+
+    @classmethod
+    def of(cls, spec: Spec, instances: Sequence[Instance], paths: Sequence[str], cache: bool) -> Repairer:
+        """The declaration's repairer (kept on the spec for its own instances: it depends only on them)."""
+        if not cache:
+            return cls(spec, instances, paths)
+        hit = spec._encoded.get("repair")
+        if hit is None:
+            hit = spec._encoded["repair"] = cls(spec, instances, paths)
+        return hit
+
+    def repair(self, path: str, base: tuple[int, ...], fixed: Sequence[str], known: Known, add: Add, *,
+               steps: int | None = None, tries: int = 0, targets: Sequence[Sequence[Interval]] = ()) -> None:
+        """Move the witness ``base`` (value indices in ``paths`` order) at ``path``: step outward while the moved
+        record stays valid (at most ``steps`` each way; ``None``: as far as it goes), then try each target group
+        no witness answers yet at its ``tries`` values nearest the witness's. ``fixed`` fields do not move;
+        ``known`` is the path's knowledge (refuted values are not tried; each run found is added, and marks it)."""
+        if path not in self.touching:
+            return
+        fields, pos = self.spec.fields, self.pos
+        limit = fields[path].size if steps is None else steps
+        free_siblings = [q for q in self.siblings.get(path, []) if q not in fixed]
+        moves = [[path], [path, *free_siblings]] if free_siblings else [[path]]
+        values = {p: fields[p].values[k] for p, k in zip(self.paths, base)}
+        indices = dict(zip(self.paths, base))
+        start = base[pos[path]]
+        for group in moves:
+            move = _Move(group, base, pos, fields, values, indices, known.status, self._live_checks(group, indices))
+            reach = {}
+            for step in (1, -1):
+                d = step
+                while abs(d) <= limit and move.valid(d):
+                    d += step
+                reach[step] = d - step
+            if reach[1] or reach[-1]:
+                add(move.positions, reach[-1], reach[1])
+            for g in targets:
+                if known.any_known(g):
+                    continue
+                near = sorted({min(max(start, a), b) for a, b in g}, key=lambda k: abs(k - start))
+                for k in near[:tries]:
+                    if move.valid(k - start):
+                        add(move.positions, k - start, k - start)
+                        break
+            move.restore()
+
+    def _live_checks(self, group: Sequence[str], indices: dict[str, int]) -> list[Check]:
+        """The checks to run when ``group`` moves: the relations reading it, less the implications whose condition
+        reads none of it and is false in ``indices`` (they hold whatever the group takes)."""
+        out = []
+        moved = set(group)
+        for inst in {id(i): i for p in group for i in self.touching.get(p, [])}.values():
+            _, check, condition = compile_check(self.spec, inst.relation)
+            if condition is not None and not moved & condition[0] and not condition[1](indices, {}):
+                continue
+            out.append(check)
+        return out
+
+
+def compile_checks(spec: Spec, instances: Sequence[Instance]) -> None:
+    """Compile the relations' checks into the declaration's cache now (with its encoding: they depend only on it)."""
+    for inst in instances:
+        compile_check(spec, inst.relation)
+
+
+def compile_check(spec: Spec, rel: Any) -> tuple[Any, Check, tuple[set[str], Check] | None]:
+    """``(relation, its check on value indices, its condition if an implication)``, cached on the spec."""
+    cache = spec._encoded.setdefault("checks", {})
+    hit = cache.get(id(rel))
+    if hit is None:  # the relation is kept with its check, so its id stays its own
+        hit = cache[id(rel)] = (rel, compiled(rel, spec.fields, weights_memo(spec)), _condition(rel, spec.fields))
+    return hit
+
+
+def _condition(rel: Any, fields: Any) -> tuple[set[str], Check] | None:
+    """An implication's condition: the fields it reads and its check on value indices (``None``: no implication)."""
+    if type(rel) is not Implies:
+        return None
+    lits = [(lit.field, frozenset(lit.allowed(fields[lit.field]))) for lit in rel.if_]
+    return {p for p, _ in lits}, lambda idx, vals: all(idx[p] in ok for p, ok in lits)
+
+
+class _Move:
+    """Fields of one record shifted together by a delta of value indices, checked against the relations that read
+    them (``values`` and ``indices`` are the record's, changed in place; :meth:`restore` puts the base back)."""
+
+    def __init__(self, group: Sequence[str], base: tuple[int, ...], pos: dict[str, int], fields: Any,
+                 values: dict[str, Any], indices: dict[str, int], status: bytearray, checks: list[Check]):
+        self.group, self.fields, self.values, self.status, self.checks = list(group), fields, values, status, checks
+        self.indices = indices
+        self.positions = tuple(pos[p] for p in group)
+        self.at = [base[k] for k in self.positions]
+        self.sizes = [fields[p].size for p in group]
+
+    def valid(self, d: int) -> bool:
+        """Whether the record with the group shifted by ``d`` is valid (the first field's value not refuted)."""
+        k = self.at[0] + d
+        if not 0 <= k < self.sizes[0] or self.status[k] == 2:
+            return False
+        shifted = [j + d for j in self.at]
+        if any(not 0 <= j < n for j, n in zip(shifted, self.sizes)):
+            return False
+        for p, j in zip(self.group, shifted):
+            self.values[p] = self.fields[p].values[j]
+            self.indices[p] = j
+        return all(check(self.indices, self.values) for check in self.checks)
+
+    def restore(self) -> None:
+        for p, j in zip(self.group, self.at):
+            self.values[p] = self.fields[p].values[j]
+            self.indices[p] = j

@@ -1,0 +1,171 @@
+"""What a session knows under one assignment: the valid records it has seen, and per field which value indices are
+witnessed (admissible), refuted, or not known yet.
+
+Records are kept as *runs*: a full valid record (a solver's witness) and, optionally, a few fields shifted together
+by every delta in a range (what repairing a witness finds, each shifted record checked valid). A run stays valid
+under any larger assignment it agrees with, so a new assignment inherits the runs of the one it extends; refuted
+values stay refuted under every larger assignment. Both keep exactness: a value is witnessed only by a valid record
+and refuted only by a solve that proved it out (or by an assignment it extends).
+
+Value indices of a field are kept in a ``bytearray`` (0 unknown, 1 witnessed, 2 refuted), so questions about
+intervals of indices (``find``, a regex over zeros) run at C speed on domains of 10,000 values.
+
+>>> k = Known(10)
+>>> k.mark(2, 4); k.refute([(0, 1)])
+>>> k.any_known([(5, 9)]), k.unknown([(0, 9)]), k.known_indices()
+(False, [(5, 9)], [2, 3, 4])
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+Interval = tuple[int, int]  # first and last index, inclusive
+#: (base record as value indices in the session's field order, positions shifted together, first and last delta)
+Run = tuple[tuple[int, ...], tuple[int, ...], int, int]
+
+_ZEROS = re.compile(rb"\x00+")
+_ONES = re.compile(rb"\x01+")
+_KEEP_REFUTED = bytes(2 if b == 2 else 0 for b in range(256))
+_WITNESS = bytes(1 if b == 0 else b for b in range(256))
+_REFUTE = bytes(2 if b == 0 else b for b in range(256))
+
+
+def merge(intervals: Iterable[Interval]) -> list[Interval]:
+    """Sorted, disjoint, non-adjacent intervals covering the same indices."""
+    out: list[Interval] = []
+    for a, b in sorted(intervals):
+        if a > b:
+            continue
+        if out and a <= out[-1][1] + 1:
+            if b > out[-1][1]:
+                out[-1] = (out[-1][0], b)
+        else:
+            out.append((a, b))
+    return out
+
+
+def from_indices(indices: Iterable[int]) -> list[Interval]:
+    """The intervals of a set of indices."""
+    return merge((k, k) for k in indices)
+
+
+def clip(intervals: Iterable[Interval], size: int) -> list[Interval]:
+    """``intervals`` within ``0 .. size - 1``, merged."""
+    return merge((max(a, 0), min(b, size - 1)) for a, b in intervals)
+
+
+class Known:
+    """One field's value indices under one assignment: witnessed, refuted or unknown (see the module doc)."""
+
+    __slots__ = ("status", "known", "refuted", "probed", "bounded")
+
+    def __init__(self, size: int, ancestor: Known | None = None):
+        if ancestor is None:
+            self.status = bytearray(size)
+            self.refuted = 0
+        else:  # what an assignment this one extends refuted stays refuted
+            self.status = ancestor.status.translate(_KEEP_REFUTED)
+            self.refuted = ancestor.refuted
+        self.known = 0
+        self.probed = False  # whether a solve asked for any value not witnessed (see Session._among)
+        self.bounded = False  # whether the least and greatest admissible values were asked
+
+    @property
+    def size(self) -> int:
+        return len(self.status)
+
+    @property
+    def complete(self) -> bool:
+        """Whether every value is witnessed or refuted."""
+        return self.known + self.refuted >= len(self.status)
+
+    def mark(self, a: int, b: int) -> None:
+        """Indices ``a..b`` are witnessed by valid records."""
+        st = self.status
+        if a == b:
+            if st[a] == 0:
+                st[a] = 1
+                self.known += 1
+            return
+        seg = st[a:b + 1]
+        n = seg.count(0)
+        if n:
+            st[a:b + 1] = seg.translate(_WITNESS)
+            self.known += n
+
+    def refute(self, intervals: Iterable[Interval]) -> None:
+        """A solve proved that no valid record takes these indices (those witnessed stay witnessed)."""
+        st = self.status
+        for a, b in intervals:
+            seg = st[a:b + 1]
+            n = seg.count(0)
+            if n:
+                st[a:b + 1] = seg.translate(_REFUTE)
+                self.refuted += n
+
+    def any_known(self, intervals: Iterable[Interval]) -> bool:
+        st = self.status
+        return any(st.find(1, a, b + 1) >= 0 for a, b in intervals)
+
+    def unknown(self, intervals: Iterable[Interval]) -> list[Interval]:
+        """The unknown indices within ``intervals``, as intervals."""
+        out: list[Interval] = []
+        for a, b in intervals:
+            out.extend((m.start(), m.end() - 1) for m in _ZEROS.finditer(self.status, a, b + 1))
+        return out
+
+    def known_indices(self) -> list[int]:
+        st = self.status
+        if len(st) <= 64:
+            return [k for k in range(len(st)) if st[k] == 1]
+        return [k for m in _ONES.finditer(st) for k in range(m.start(), m.end())]
+
+    def known_intervals(self) -> list[Interval]:
+        return [(m.start(), m.end() - 1) for m in _ONES.finditer(self.status)]
+
+
+def restrict(run: Run, extra: Sequence[tuple[int, int]]) -> Run | None:
+    """The part of ``run`` that agrees with ``extra`` (position, value index) pairs; ``None`` when none does."""
+    base, group, lo, hi = run
+    for pos, k in extra:
+        if pos in group:
+            d = k - base[pos]
+            lo, hi = max(lo, d), min(hi, d)
+            if lo > hi:
+                return None
+        elif base[pos] != k:
+            return None
+    return base, group, lo, hi
+
+
+def span(run: Run, pos: int) -> Interval:
+    """The value indices the field at ``pos`` takes across ``run`` (one interval)."""
+    base, group, lo, hi = run
+    k = base[pos]
+    return (k + lo, k + hi) if pos in group else (k, k)
+
+
+@dataclass(eq=False)
+class State:
+    """What is known under one assignment (``fixed``: field path -> value index, in assignment order)."""
+
+    fixed: dict[str, int]
+    sat: bool | None = None
+    runs: list[Run] = field(default_factory=list)
+    known: dict[str, Known] = field(default_factory=dict)
+    parent: State | None = None  # the assignment this one extends, whose refutations it inherits
+    questions: dict[str, Any] = field(default_factory=dict)
+
+    def ancestor_known(self, path: str) -> Known | None:
+        """The nearest extended assignment's knowledge of ``path`` (for its refutations)."""
+        st = self.parent
+        while st is not None:
+            hit = st.known.get(path)
+            if hit is not None:
+                return hit
+            st = st.parent
+        return None

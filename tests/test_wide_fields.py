@@ -1,0 +1,282 @@
+"""Wide fields asked piecewise, against brute force and against the full admissible lists.
+
+A wide field (a domain over ``Session.wide_domain`` values: minute-level times, date enums) is not listed: the
+decoder asks ``Session.questions(path).among(groups)`` for the values under each next byte. Here:
+
+- random declarations with wide-ish integer and string-enum domains (``tests/bruteforce.py`` enumerates every
+  record without the solver): ``among`` over prefix groups, random intervals and value sets, ``admissible_among``,
+  ``any_admissible``, ``certain()`` and ``admissible()`` afterwards equal brute force, on every backend, under
+  assignments pushed and popped (witnesses inherited by larger assignments, refutations kept);
+- the layout's asked slot (``has_prefix``, ``admits``, ``open_slot``) equals an enum slot of the brute-force
+  admissible values, for every prefix of every rendering;
+- the decoder's masks and certain runs with questions equal those computed from full admissible lists (the old
+  path) on meeting problems and a BFCL date problem, with SmolLM2's tokenizer.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import factorspec_cp as fs
+from factorspec_cp.tokenmap.layout import EnumSlot, _AskedSlot, field_matcher, open_slot, render_value
+
+_spec = importlib.util.spec_from_file_location("bruteforce", Path(__file__).with_name("bruteforce.py"))
+bruteforce = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
+sys.modules.setdefault("bruteforce", bruteforce)
+_spec.loader.exec_module(bruteforce)  # type: ignore[union-attr]
+BruteForce = bruteforce.BruteForce
+jeq = bruteforce.jeq
+
+BACKENDS = ("sat", "cpsat", "csp")
+SEEDS = range(24)
+
+
+# -- random declarations with wide-ish domains -------------------------------------------------------------------
+
+def _clock(k: int) -> str:
+    """Clock-like strings whose byte prefixes group values out of domain order, as meeting times do."""
+    h, m = divmod(540 + 7 * k, 60)
+    return f"{(h - 1) % 12 + 1}:{m:02d}{'AM' if h < 12 else 'PM'}"
+
+
+def declaration(seed: int) -> dict[str, Any]:
+    """Two wide fields (integers, maybe with ``multipleOf``, negative or not; clock strings) and a boolean, with
+    2-4 random relations among linear, compare, implies, table, all_different, no_overlap and any."""
+    rnd = random.Random(seed)
+    lo = rnd.choice([0, 0, -40, 5])
+    step = rnd.choice([1, 1, 1, 3])
+    width = rnd.randint(70, 110)
+    t = {"type": "integer", "minimum": lo, "maximum": lo + step * (width - 1)}
+    if step > 1:
+        t["multipleOf"] = step
+        t["minimum"] = lo - lo % step
+        t["maximum"] = t["minimum"] + step * (width - 1)
+    clocks = [_clock(k) for k in range(rnd.randint(70, 100))]
+    minutes = {c: k for k, c in enumerate(clocks)}
+    props = {"t": t, "s": {"enum": clocks}, "b": {"type": "boolean"}}
+    t_mid = (t["minimum"] + t["maximum"]) // 2
+
+    def rel() -> dict[str, Any]:
+        kind = rnd.choice(["linear", "compare", "implies", "table", "all_different", "no_overlap", "any"])
+        if kind == "linear":
+            return {"kind": "linear", "terms": [[rnd.choice([1, -1, 2]), "/t"], [rnd.choice([1, -1]), "/s", minutes]],
+                    "op": rnd.choice(["<=", ">=", "==", "!="]), "rhs": rnd.randint(-60, 120)}
+        if kind == "compare":
+            return {"kind": "compare", "left": "/t", "op": rnd.choice(["<", ">", "<=", ">=", "!="]),
+                    "right": rnd.randint(t["minimum"], t["maximum"])}
+        if kind == "implies":
+            return {"kind": "implies", "if": {"field": "/b", "op": "==", "value": rnd.choice([True, False])},
+                    "then": {"kind": "linear", "terms": [[1, "/s", minutes]], "op": rnd.choice(["<=", ">="]),
+                             "rhs": rnd.randint(0, len(clocks))}}
+        if kind == "table":
+            rows = [[rnd.choice(clocks), rnd.choice([True, False])] for _ in range(rnd.randint(3, 30))]
+            return {"kind": "table", "fields": ["/s", "/b"], "rows": rows, "mode": rnd.choice(["allow", "forbid"])}
+        if kind == "all_different":
+            return {"kind": "implies", "if": {"field": "/b", "op": "==", "value": True},
+                    "then": {"kind": "linear", "terms": [[1, "/t"], [-1, "/s", minutes]], "op": "!=", "rhs": 0}}
+        if kind == "no_overlap":
+            return {"kind": "linear", "terms": [[1, "/t"]], "op": rnd.choice(["<=", ">="]), "rhs": t_mid}
+        return {"kind": "any", "relations": [
+            {"kind": "compare", "left": "/t", "op": "<", "right": t["minimum"] + step * rnd.randint(0, width // 3)},
+            {"kind": "linear", "terms": [[1, "/s", minutes]], "op": ">", "rhs": rnd.randint(len(clocks) // 2,
+                                                                                         len(clocks))}]}
+
+    relations = [rel() for _ in range(rnd.randint(2, 4))]
+    return {"type": "object", "additionalProperties": False, "required": list(props), "properties": props,
+            "x-factorspec": {"relations": relations}}
+
+
+def _groups(rnd: random.Random, f: Any) -> list[list[tuple[int, int]]]:
+    """Prefix groups of the field's renderings, random intervals, and random index sets."""
+    m = field_matcher(f)
+    renders = sorted(render_value(v) for v in f.values)
+    out = []
+    for _ in range(4):
+        r = rnd.choice(renders)
+        out.append(m.index_intervals(r[:rnd.randint(0, len(r))]))
+    for _ in range(3):
+        a = rnd.randrange(f.size)
+        out.append([(a, min(f.size - 1, a + rnd.randint(0, 20)))])
+    out.append(sorted({(k, k) for k in rnd.sample(range(f.size), min(5, f.size))}))
+    out.append([])
+    return out
+
+
+def _expected(bf: Any, path: str, f: Any, assignment: dict[str, Any],
+              groups: list[list[tuple[int, int]]]) -> list[bool]:
+    adm = {f.index(v) for v in bf.admissible(path, assignment)}
+    return [any(a <= k <= b for k in adm for a, b in g) for g in groups]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_questions_match_brute_force(seed: int, backend: str) -> None:
+    doc = declaration(seed)
+    bf = BruteForce(doc)
+    if bf.count() == 0:
+        pytest.skip("unsatisfiable draw")
+    spec = fs.Spec.from_json(doc)
+    s = spec.session(backend)
+    s.wide_domain = 8
+    rnd = random.Random(1000 + seed)
+    assert (s.wide("/t") or s.wide("/s")) and not s.wide("/b")
+    for round_ in range(3):
+        s.push()
+        assignment: dict[str, Any] = {}
+        if round_:  # a random assignment (maybe one leaving nothing admissible)
+            path = rnd.choice(["/t", "/s", "/b"])
+            assignment[path] = rnd.choice(list(spec.fields[path].values))
+            s.assign(path, assignment[path])
+        for path in ("/t", "/s", "/b"):
+            f = spec.fields[path]
+            groups = _groups(rnd, f)
+            assert s.questions(path).among(groups) == _expected(bf, path, f, assignment, groups), (path, groups)
+        values = list(spec.fields["/t"].values)
+        picks = [values[:10], values[-10:], rnd.sample(values, 3), ["not a value", 10**9]]
+        want = [any(jeq(v, a) for v in g for a in bf.admissible("/t", assignment)) for g in picks]
+        assert s.admissible_among("/t", picks) == want
+        r = range(values[0], values[0] + 30)
+        assert s.any_admissible("/t", r) == any(v in r for v in bf.admissible("/t", assignment))
+        for path in ("/t", "/s", "/b"):  # the cache the questions filled agrees with the full list
+            assert s.admissible(path) == bf.admissible(path, assignment), path
+        certain = {p: vals[0] for p in spec.fields if len(vals := bf.admissible(p, assignment)) == 1}
+        assert s.certain() == certain
+        s.pop()
+    for path in ("/t", "/s"):  # back at the root: the answers are the root's again
+        f = spec.fields[path]
+        groups = _groups(rnd, f)
+        assert s.questions(path).among(groups) == _expected(bf, path, f, {}, groups)
+
+
+@pytest.mark.parametrize("seed", SEEDS[:12])
+def test_asked_slot_matches_the_admissible_enum(seed: int) -> None:
+    doc = declaration(seed)
+    bf = BruteForce(doc)
+    if bf.count() == 0:
+        pytest.skip("unsatisfiable draw")
+    spec = fs.Spec.from_json(doc)
+    s = spec.session("cpsat")
+    s.wide_domain = 8
+    rnd = random.Random(seed)
+    assignment = {"/b": rnd.choice([True, False])}
+    s.assign("/b", assignment["/b"])
+    for path in ("/t", "/s"):
+        f = spec.fields[path]
+        adm = bf.admissible(path, assignment)
+        ref = EnumSlot(adm)
+        asked = _AskedSlot(field_matcher(f), s.questions(path))
+        renders = {render_value(v) for v in f.values}
+        prefixes = sorted({r[:k] for r in renders for k in range(len(r) + 1)}, key=lambda p: (len(p), p))
+        rnd.shuffle(prefixes)  # the answers may not depend on the order of the questions
+        for p in prefixes:
+            assert asked.has_prefix(p) == ref.has_prefix(p), (path, p)
+        for r in renders:
+            assert asked.admits(r) == ref.admits(r), (path, r)
+        assert asked.values(b"") == adm
+        m = field_matcher(f)
+        sub = b""  # open_slot's walk, on the brute-force enum
+        while True:
+            nxt = [c for c in sorted(m.next_bytes(sub)) if ref.has_prefix(sub + bytes((c,)))]
+            whole = m.index_of(sub) is not None and ref.admits(sub)
+            if len(nxt) != 1 or whole:
+                break
+            sub += bytes(nxt)
+        assert open_slot(f, s.questions(path)) == (sub, nxt, whole)
+
+
+def test_wide_fields_are_left_out_of_prepare_and_asked_without_listing() -> None:
+    spec = fs.Spec({"type": "object", "required": ["a", "t"], "properties": {
+        "a": {"type": "integer", "minimum": 0, "maximum": 3},
+        "t": {"type": "integer", "minimum": 0, "maximum": 9999}}},
+        [fs.Linear([[1, "/t"], [-1000, "/a"]], ">=", 2500)])
+    s = spec.session("cpsat").prepare()
+    assert s.wide("/t") and not s.wide("/a")
+    n = s.stats.solves
+    assert s.admissible_among("/t", [range(0, 2500), range(2500, 2600), range(9000, 10000)]) == [False, True, True]
+    assert s.stats.solves - n <= 4  # a handful of solves, not one per value
+    assert s.admissible("/a") == [0, 1, 2, 3] and s.certain() == {}
+    s.assign("/a", 3)
+    assert s.certain() == {"/a": 3}
+    s.push()
+    s.assign("/t", 7000)
+    assert s.certain() == {"/a": 3, "/t": 7000}
+    s.pop()
+    s.assign("/t", 5499)  # t >= 2500 + 1000 a: nothing is admissible
+    assert s.certain() == {} and not s.is_satisfiable() and s.admissible_among("/t", [range(10000)]) == [False]
+
+
+# -- the decoder: questions against full admissible lists -----------------------------------------------------------
+
+def _masks(spec: Any, vocab: Any, tokens: list[int], *, wide: bool, mode: str) -> list[Any]:
+    dec = fs.Spec.from_json(spec.to_json()).decoder(vocab, mode=mode)  # a spec of its own: no shared mask cache
+    if not wide:
+        dec.session.wide_domain = 10**9  # every field listed: the path before questions
+    out = []
+    for t in tokens:
+        out.append((dec.allowed_tokens().tolist(), dec.certain_run(16)))
+        dec.consume(t)
+    out.append((dec.allowed_tokens().tolist(), dec.certain_run(16)))
+    return out
+
+
+def _walk_tokens(spec: Any, vocab: Any, rnd: random.Random, limit: int = 400) -> list[int]:
+    """A random walk through the decoder (exact mode): uniform among admitted tokens, EOS excluded till the end."""
+    dec = fs.Spec.from_json(spec.to_json()).decoder(vocab, mode="exact")
+    out: list[int] = []
+    eos = set(vocab.eos_token_ids)
+    while not dec.is_terminated() and len(out) < limit:
+        ids = dec.allowed_tokens().tolist()
+        content = [t for t in ids if t not in eos]
+        t = rnd.choice(content) if content else ids[0]
+        dec.consume(t)
+        out.append(t)
+    return out
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> Any:
+    from factorspec_cp.tokenmap import Vocabulary
+    return Vocabulary.smollm2()
+
+
+def _meeting(people: int) -> tuple[Any, Any]:
+    from factorspec_cp.workloads import meeting
+    ex = next(e for e in meeting.examples() if e["num_people"] == people)
+    return meeting.declaration(meeting.problem(ex)), meeting.gold_record(ex)
+
+
+@pytest.mark.parametrize("people", [2, 3])
+def test_meeting_masks_with_questions_equal_masks_from_lists(smollm2: Any, people: int) -> None:
+    spec, gold = _meeting(people)
+    assert any(spec.session().wide(p) for p in spec.fields)
+    gold_tokens = smollm2.encode(json.dumps(gold, separators=(", ", ": "), ensure_ascii=False))
+    walks = [gold_tokens, _walk_tokens(spec, smollm2, random.Random(people))]
+    for tokens in walks:
+        for mode in ("exact", "canonical"):
+            if mode == "canonical" and tokens is not gold_tokens:
+                continue  # a random exact-mode walk need not follow the canonical tokens
+            assert _masks(spec, smollm2, tokens, wide=True, mode=mode) == \
+                _masks(spec, smollm2, tokens, wide=False, mode=mode)
+
+
+def test_bfcl_date_masks_with_questions_equal_masks_from_lists(smollm2: Any) -> None:
+    from factorspec_cp.workloads import bfcl
+    problem = next(p for p in bfcl.problems() if p.id == "live_multiple_157-60-0")
+    spec = bfcl.declaration(problem)
+    dates = [p for p, f in spec.fields.items() if f.size > 10_000]
+    assert len(dates) == 2 and all(spec.session().wide(p) for p in dates)
+    from factorspec_cp.tokenmap.layout import Layout
+    tokens = smollm2.encode(Layout(spec).render(bfcl.gold_records(problem)[0]))
+    for mode in ("exact", "canonical"):
+        assert _masks(spec, smollm2, tokens, wide=True, mode=mode) == _masks(spec, smollm2, tokens, wide=False,
+                                                                               mode=mode)
+    walk = _walk_tokens(spec, smollm2, random.Random(7))
+    assert _masks(spec, smollm2, walk, wide=True, mode="exact") == _masks(spec, smollm2, walk, wide=False,
+                                                                            mode="exact")
