@@ -39,7 +39,7 @@ import numpy as np
 
 from ..spec import Spec
 from ..tokenmap import Vocabulary
-from ..tokenmap.decoder import Decoder, mask_words
+from ..tokenmap.decoder import Decoder, compiled_for, mask_words
 
 __all__ = ["Grammar", "GrammarCompiler", "CompiledDeclaration", "declaration_key", "has_declaration"]
 
@@ -180,16 +180,21 @@ class CompiledDeclaration:
         self.spec, self.vocab, self.style, self.mode, self.backend = spec, vocab, style, mode, backend
         self._lock = threading.Lock()
         with self._lock:  # builds the shared layout and token index now, on the compiling thread
-            Decoder(spec, vocab, style=style, mode=mode, backend=backend)
+            compiled_for(spec, vocab, style)
 
     def __repr__(self) -> str:
         return f"CompiledDeclaration({len(self.spec.fields)} fields, {self.vocab.name}, {self.style}, {self.mode})"
 
-    def grammar(self, *, session: Any = None) -> Grammar:
-        """A fresh per-request grammar (its own solver session unless ``session`` is given)."""
+    def grammar(self, *, session: Any = None, prime: bool = True) -> Grammar:
+        """A fresh per-request grammar (its own solver session unless ``session`` is given). With ``prime`` (the
+        default) its root pass and first certain run are computed now (:meth:`Decoder.prime`): a server compiles
+        grammars off its step loop (vLLM on its structured-output thread pool), so the step that takes the first
+        token does not wait for them."""
         with self._lock:
             dec = Decoder(self.spec, self.vocab, style=self.style, mode=self.mode, backend=self.backend,
                           session=session)
+            if prime:
+                dec.prime()
         return Grammar(dec)
 
 

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..schema import jkey
 from .freeslot import StringSlot
 from .layout import Layout, State
 from .strings import Closing, StringMasks
@@ -201,6 +202,18 @@ class _Frame:
     token: int | None = None
 
 
+def compiled_for(spec: Spec, vocab: Vocabulary, style: str | int = "compact") -> _Compiled:
+    """The layout, token index and caches that every decoder of ``spec`` over ``vocab`` in ``style`` shares (built on
+    first use, kept on the spec)."""
+    indent = _indent(style)
+    cache = spec.__dict__.setdefault("_decoders", {})
+    key = (id(vocab), indent)
+    compiled = cache.get(key)
+    if compiled is None or compiled.vocab is not vocab:
+        compiled = cache[key] = _Compiled(spec, vocab, indent)
+    return compiled
+
+
 # ------------------------------------------------------------------------------------------------------- decoder
 class Decoder:
     """Exact token masks and certain runs for one record. Create with :meth:`Spec.decoder`.
@@ -222,12 +235,7 @@ class Decoder:
                  session: Session | None = None, backend: str | None = None):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
-        indent = _indent(style)
-        cache = spec.__dict__.setdefault("_decoders", {})
-        key = (id(vocab), indent)
-        compiled = cache.get(key)
-        if compiled is None or compiled.vocab is not vocab:
-            compiled = cache[key] = _Compiled(spec, vocab, indent)
+        compiled = compiled_for(spec, vocab, style)
         self.spec, self.vocab, self.mode = spec, vocab, mode
         self._c = compiled
         self.layout = compiled.layout
@@ -237,6 +245,17 @@ class Decoder:
         self.stats = DecoderStats()
         self._eos = set(vocab.eos_token_ids)
 
+    def prime(self) -> Decoder:
+        """Do now the work the first token would wait for (a server runs this while the prompt is prefilled, off
+        its step loop): the session's root pass (:meth:`Session.prepare`) and, in canonical mode, the certain run
+        from the start, which for a record the declaration fixes is the whole record. Returns the decoder."""
+        t = time.perf_counter()
+        self.session.prepare()
+        self.stats.solver_seconds += time.perf_counter() - t
+        if self.mode == "canonical" and len(self._frames) == 1:
+            self._plan()
+        return self
+
     def __repr__(self) -> str:
         return (f"Decoder({self.vocab.name}, {self.mode}, {len(self._frames) - 1} tokens"
                 f"{', terminated' if self.is_terminated() else ''})")
@@ -245,11 +264,27 @@ class Decoder:
     def _key(self) -> tuple[tuple[str, int], ...]:
         return tuple(sorted(self.session._fixed().items()))
 
+    def _informative(self, ctx: tuple[tuple[str, Any], ...]) -> list[tuple[str, Any]]:
+        """The values of ``ctx`` that tell the session something: a narrow field whose admissible set under the
+        current assignment is that one value already adds nothing (every valid record extending the assignment
+        has it), so assigning it changes no admissible set and needs no solve."""
+        session, fields = self.session, self._fields
+        out = []
+        for p, v in ctx:
+            if p not in fields:
+                continue
+            if not session.wide(p):
+                vals = session.admissible(p)
+                if len(vals) == 1 and jkey(vals[0]) == jkey(v):
+                    continue
+            out.append((p, v))
+        return out
+
     def _admissible(self, ctx: tuple[tuple[str, Any], ...] = ()) -> Any:
         """A layout filter: the session's admissible values, given the extra field values ``ctx``. A wide field
         gives the session's questions about it instead of a list: the layout asks what each next byte needs."""
         session, fields = self.session, self._fields
-        extra = [(p, v) for p, v in ctx if p in fields]
+        extra = self._informative(ctx)
 
         def ask(p: str) -> Any:
             return session.questions(p) if session.wide(p) else session.admissible(p)
@@ -357,12 +392,15 @@ class Decoder:
     def _advance_checked(self, st: State, data: bytes, ctx: tuple[Any, ...]) -> State | None:
         """Advance over ``data`` with every completed value conditioning the admissible sets after it."""
         ctx = tuple(ctx)
+        f = self._admissible(ctx)
         for b in data:
-            st2 = self.layout.advance(st, bytes((b,)), admissible=self._admissible(ctx))
+            st2 = self.layout.advance(st, bytes((b,)), admissible=f)
             if st2 is None:
                 return None
             if st2.events:
                 ctx = ctx + st2.events
+                if self._informative(st2.events):  # else the filter in hand answers the same
+                    f = self._admissible(ctx)
             st = st2
         return st
 
@@ -431,27 +469,34 @@ class Decoder:
         marks: list[tuple[int, int, Any]] = [(0, 0, lambda k, st=st: st)]  # (offset, base, state after k bytes)
         events: dict[int, tuple[Any, ...]] = {}
         while True:
-            lit = layout.literal_run(st)
-            if lit is not None:  # inside fixed syntax: its bytes but the last need no filter
-                data, _, at = lit
-                marks.append((len(out), 0, at))
-                out += data
-                st = at(len(data))
-            if layout.accepting(st, admissible=f):
+            jump = layout.forced_bytes(st, admissible=f)
+            if jump is not None:  # fixed syntax or a certain value: its bytes in one step, the last one stepped
+                data, at = jump
+                if len(data) > 1:
+                    marks.append((len(out), 0, at))
+                    out += data[:-1]
+                    st = at(len(data) - 1)
+                nxt = data[-1:]
+            elif layout.accepting(st, admissible=f):
                 break
-            nxt = layout.allowed_next_bytes(st, admissible=f)
-            if len(nxt) != 1:
-                break
+            else:
+                nxt = layout.some_next_bytes(st, 2, admissible=f)  # type: ignore[assignment]
+                if len(nxt) != 1:
+                    break
             b = next(iter(nxt))
-            st = layout.advance(st, bytes((b,)), admissible=f)  # type: ignore[assignment]
+            st2 = layout.advance(st, bytes((b,)), admissible=f)
+            if st2 is None:  # only a filter that strands the walk gets here: stop the run before the byte
+                break
+            st = st2
             out.append(b)
             marks.append((len(out), 0, lambda k, st=st: st))
             if st.events:
                 events[len(out)] = st.events
                 ctx += st.events
-                f = self._admissible(ctx)
+                if self._informative(st.events):  # else the filter in hand answers the same
+                    f = self._admissible(ctx)
         forced = bytes(out)
-        end = layout.accepting(st, admissible=f) and not layout.allowed_next_bytes(st, admissible=f)
+        end = layout.accepting(st, admissible=f) and not layout.some_next_bytes(st, 1, admissible=f)
         if not forced:
             return (_Step(eos[0], None),) if end and eos else ()
         text, cut = _utf8_prefix(forced)
@@ -524,14 +569,24 @@ class Decoder:
             raise TokenRejected(f"token {token} is a special token, not record content")
         self.session.push()
         st: State | None = frame.state
+        layout = self.layout
         try:
-            for b in data:
-                st = self.layout.advance(st, bytes((b,)), admissible=self._admissible())  # type: ignore[arg-type]
+            f = self._admissible()
+            i = 0
+            while i < len(data):
+                st, k = layout.advance_in_string(st, data[i:])  # type: ignore[arg-type]
+                if k:  # the bytes that stay inside a free string, in one step
+                    i += k
+                    continue
+                st = layout.advance(st, data[i:i + 1], admissible=f)  # type: ignore[arg-type]
+                i += 1
                 if st is None:
                     raise TokenRejected(f"token {token} ({data!r}) leaves every valid record")
-                for p, v in st.events:
-                    if p in self._fields:
-                        self.session.assign(p, v)
+                if st.events:
+                    for p, v in st.events:
+                        if p in self._fields:
+                            self.session.assign(p, v)
+                    f = self._admissible()  # the assignment changed: a new filter
         except BaseException:
             self.session.pop()
             raise

@@ -32,6 +32,10 @@ _DIGITS = b"0123456789"
 
 
 # ------------------------------------------------------------------------------------------------------- integers
+_PREFIX_OK: dict[tuple[Any, ...], dict[bytes, bool]] = {}
+_EXTENDABLE: dict[tuple[Any, ...], dict[bytes, bool]] = {}
+
+
 class IntegerSlot:
     """Canonical JSON integers (``-?(0|[1-9][0-9]*)``) in ``[lo, hi]`` (``None``: unbounded) congruent to
     ``base`` modulo ``step``. Sub-state: the bytes typed."""
@@ -42,7 +46,14 @@ class IntegerSlot:
         self.lo, self.hi, self.step_, self.base = lo, hi, step, base % step
         digits = [len(str(abs(x))) for x in (lo, hi) if x is not None]
         self._k = max(digits, default=1) + len(str(step)) + 2
-        self._ok: dict[bytes, bool] = {}
+        # answers depend only on (lo, hi, step, base): shared by every slot with those bounds (trip days, BFCL
+        # years), so a new declaration starts with what earlier ones computed
+        key = (lo, hi, step, self.base)
+        self._ok: dict[bytes, bool] = _PREFIX_OK.setdefault(key, {})
+        self._ext: dict[bytes, bool] = _EXTENDABLE.setdefault(key, {})
+        if len(_PREFIX_OK) > 4096:
+            _PREFIX_OK.clear()
+            _EXTENDABLE.clear()
 
     def empty(self) -> bool:
         return self._first(self.lo, self.hi) is None
@@ -105,7 +116,13 @@ class IntegerSlot:
         return frozenset(b for b in b"-" + _DIGITS if self.prefix_ok(sub + bytes((b,))))
 
     def extendable(self, sub: bytes) -> bool:
-        return any(self.prefix_ok(sub + bytes((b,))) for b in _DIGITS)
+        ok = self._ext.get(sub)
+        if ok is None:
+            ok = any(self.prefix_ok(sub + bytes((b,))) for b in _DIGITS)
+            if len(self._ext) > 100_000:
+                self._ext.clear()
+            self._ext[sub] = ok
+        return ok
 
     def typed(self, sub: bytes) -> bytes:
         return sub

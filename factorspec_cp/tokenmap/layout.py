@@ -32,11 +32,15 @@ asks, per typed prefix, which next bytes lead to an admissible value, each as on
 from __future__ import annotations
 
 import json
+import threading
 import weakref
 from bisect import bisect_left
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Union
+
+import numpy as np
 
 from ..errors import DeclarationError
 from ..schema import (
@@ -111,6 +115,7 @@ class EnumSlot:
         self._index = {r: k for r, k in pairs}
         self._next: dict[bytes, frozenset[int]] = {}
         self._iv: dict[bytes, list[Interval]] = {}
+        self._order_np: np.ndarray | None = None
 
     def _span(self, t: bytes) -> tuple[int, int]:
         # renderings are UTF-8, which never holds 0xFF: every rendering starting with t sorts below t + b"\xff"
@@ -135,8 +140,15 @@ class EnumSlot:
         out = self._next.get(sub)
         if out is None:
             lo, hi = self._span(sub)
-            n = len(sub)
-            out = frozenset(r[n] for r in self.renders[lo:hi] if len(r) > n)
+            n, renders = len(sub), self.renders
+            if lo < hi and len(renders[lo]) == n:  # sub itself, sorted first
+                lo += 1
+            found = []
+            while lo < hi:  # one bisection per distinct next byte, not a pass over the span
+                b = renders[lo][n]
+                found.append(b)
+                lo = bisect_left(renders, sub + bytes((b + 1,)), lo, hi) if b < 255 else hi
+            out = frozenset(found)
             if len(self._next) > 50_000:
                 self._next.clear()
             self._next[sub] = out
@@ -164,12 +176,21 @@ class EnumSlot:
         out = self._iv.get(t)
         if out is None:
             lo, hi = self._span(t)
-            out = []
-            for k in sorted(self.order[lo:hi]):
-                if out and out[-1][1] == k - 1:
-                    out[-1] = (out[-1][0], k)
-                else:
-                    out.append((k, k))
+            if hi - lo <= 64:
+                out = []
+                for k in sorted(self.order[lo:hi]):
+                    if out and out[-1][1] == k - 1:
+                        out[-1] = (out[-1][0], k)
+                    else:
+                        out.append((k, k))
+            else:  # a wide span (the opening quote of 11,323 dates): sorted and split where indices jump, in numpy
+                if self._order_np is None:
+                    self._order_np = np.asarray(self.order, dtype=np.int64)
+                ks = np.sort(self._order_np[lo:hi])
+                cut = np.flatnonzero(np.diff(ks) != 1)
+                starts = np.concatenate(([ks[0]], ks[cut + 1]))
+                ends = np.concatenate((ks[cut], [ks[-1]]))
+                out = list(zip(starts.tolist(), ends.tolist()))
             if len(self._iv) > 50_000:
                 self._iv.clear()
             self._iv[t] = out
@@ -261,9 +282,31 @@ class _AskedSlot:
         return [self.m.domain[k] for k, y in zip(ks, ok) if y]
 
 
+_MATCHERS: OrderedDict[tuple[Any, ...], EnumSlot] = OrderedDict()
+_MATCHERS_LOCK = threading.Lock()
+
+
 def field_matcher(f: Field) -> EnumSlot | _RangeSlot:
-    """The byte matcher of a field's slot: its domain's renderings (a range of integers: by digits)."""
-    return _RangeSlot(f.values) if isinstance(f.values, range) else EnumSlot(f.values)
+    """The byte matcher of a field's slot: its domain's renderings (a range of integers: by digits). A long domain
+    of scalars (BFCL's 11,323 dates) is rendered and sorted once per process and shared by every declaration that
+    has it (the matcher is read-only but for its caches of answers, which hold for any slot with that domain)."""
+    if isinstance(f.values, range):
+        return _RangeSlot(f.values)
+    values = f.values
+    if len(values) < 256 or not all(isinstance(v, (str, int, float)) for v in values):
+        return EnumSlot(values)
+    key = tuple((type(v), v) for v in values)  # True and 1 are different values, equal keys otherwise
+    with _MATCHERS_LOCK:
+        hit = _MATCHERS.get(key)
+        if hit is not None:
+            _MATCHERS.move_to_end(key)
+            return hit
+    slot = EnumSlot(values)
+    with _MATCHERS_LOCK:
+        _MATCHERS[key] = slot
+        while len(_MATCHERS) > 64:
+            _MATCHERS.popitem(last=False)
+    return slot
 
 
 def open_slot(f: Field | EnumSlot | _RangeSlot, questions: Any) -> tuple[bytes, list[int], bool]:
@@ -675,6 +718,38 @@ class Layout:
         data = ins[1]
         return data[sub:-1], sub, lambda k: State(frozenset({((pc, ctr, sub + k), pending)}))
 
+    def forced_bytes(self, state: State, *, admissible: Admissible | _Filter | None = None
+                     ) -> tuple[bytes, Any] | None:
+        """For a live state of one thread inside fixed syntax, or at or inside a field slot whose filtered domain
+        keeps exactly one value consistent with the bytes typed: the bytes every valid continuation writes next (the
+        rest of the literal, or of that value's rendering), and a function of ``k`` giving the state after ``k`` of
+        them, for ``k`` below their length. The last byte completes the literal or the value and is left to
+        :meth:`advance`, which reports the event and enters what follows. ``None`` elsewhere, and for a wide field
+        (asked, not listed).
+
+        This is how a planner takes fixed syntax and certain values in one step each, not byte by byte: one thread
+        means no other branch is open, and with one value left no proper prefix of it completes a value the filter
+        admits, so every state on the way is that thread, one byte further."""
+        if len(state.threads) != 1:
+            return None
+        ((pc, ctr, sub), pending), = state.threads
+        ins = self._code[pc]
+        if ins[0] == LIT:
+            rest = ins[1][sub:]
+            return rest, lambda k: State(frozenset({((pc, ctr, sub + k), pending)}))
+        if ins[0] != FIELD:
+            return None
+        allowed = self._allowed(ins, ctr, self._flt(admissible))
+        if not isinstance(allowed, EnumSlot):
+            return None
+        lo, hi = allowed._span(sub)
+        if hi - lo != 1:
+            return None
+        rest = allowed.renders[lo][len(sub):]
+        if not rest:
+            return None
+        return rest, lambda k: State(frozenset({((pc, ctr, sub + rest[:k]), pending)}))
+
     def start(self) -> State:
         """The state before the first byte."""
         return self._start
@@ -692,6 +767,28 @@ class Layout:
                 return None
             cur = nxt
         return _release(cur)
+
+    def advance_in_string(self, state: State, data: bytes) -> tuple[State, int]:
+        """For a state of one thread inside a free string's quotes: the state after the longest prefix of ``data``
+        that stays inside them, and its length (``(state, 0)`` elsewhere). What :meth:`advance` does byte by byte
+        there, in one step: inside a free string no filter applies and no value completes."""
+        if len(state.threads) != 1 or not data:
+            return state, 0
+        ((pc, ctr, sub), pending), = state.threads
+        ins = self._code[pc]
+        m = ins[2] if ins[0] == FREE else None
+        if not isinstance(m, StringSlot) or sub[1] != 1:
+            return state, 0
+        core, k = sub[1:], 0
+        step = m._step
+        for b in data:
+            nxt = step(core, b)
+            if nxt is None or nxt[0] != 1:
+                break
+            core, k = nxt, k + 1
+        if not k:
+            return state, 0
+        return State(frozenset({((pc, ctr, (sub[0] + data[:k], *core)), pending)})), k
 
     def completed(self, state: State) -> tuple[Event, ...]:
         """The ``(pointer, value)`` of each field slot that became complete and certain in the advance into
@@ -735,6 +832,31 @@ class Layout:
                 out |= check
             else:
                 out.update(b for b in check - out if self._step(core, b, flt))
+        return frozenset(out)
+
+    def some_next_bytes(self, state: State, limit: int, *, admissible: Admissible | _Filter | None = None
+                        ) -> frozenset[int]:
+        """Up to ``limit`` bytes of :meth:`allowed_next_bytes`, found with the fewest checks: the bytes that need no
+        filter first, then the others one at a time, stopping at ``limit``. A planner asks whether one byte is
+        forced (``limit=2``) or whether anything follows (``limit=1``) without the whole set."""
+        flt = self._flt(admissible)
+        cores = state.cores
+        out: set[int] = set()
+        checks = []
+        for core in cores:
+            sure, check = self._next(core)
+            out |= sure
+            if len(out) >= limit:
+                return frozenset(sorted(out)[:limit])
+            checks.append((core, check))
+        for core, check in checks:
+            for b in sorted(check):
+                if b in out:
+                    continue
+                if flt is None or self._step(core, b, flt):
+                    out.add(b)
+                    if len(out) >= limit:
+                        return frozenset(out)
         return frozenset(out)
 
     def forced(self, state: State, *, admissible: Admissible | _Filter | None = None, limit: int = 4096) -> bytes:

@@ -1,0 +1,155 @@
+"""The planner's one-step paths agree with byte-by-byte matching.
+
+``Layout.forced_bytes`` (fixed syntax and certain values taken whole), ``Layout.some_next_bytes`` (a few next bytes,
+not the whole set), ``Layout.advance_in_string`` (the bytes that stay inside a free string) and ``Decoder.prime``
+(the root pass and first certain run done ahead) are each checked against the general matcher they shortcut:
+``allowed_next_bytes`` and ``advance`` one byte at a time, and an unprimed decoder on a fresh copy of the same
+declaration. States come from random byte walks through real declarations (trip, a tool call with free strings and
+wide year fields, a trip with a free note), filtered by a real session.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import numpy as np
+import pytest
+
+from factorspec_cp import Spec
+from factorspec_cp.tokenmap import Vocabulary
+from factorspec_cp.tokenmap.layout import Layout, State
+from factorspec_cp.workloads import bfcl, trip
+
+_TRIP = trip.problem(next(ex for ex in trip.examples() if trip.num_cities(ex) == 4))
+
+
+def _note_doc() -> dict[str, Any]:
+    doc = trip.declaration_doc(_TRIP)
+    doc["properties"]["note"] = {"type": "string", "maxLength": 40}
+    doc["required"] = [*doc["required"], "note"]
+    return doc
+
+
+def _specs() -> dict[str, Spec]:
+    return {"trip": trip.declaration(_TRIP), "note": Spec.from_json(_note_doc()),
+            "tool-call": bfcl.declaration(bfcl.problems()[0])}
+
+
+SPECS = _specs()
+
+
+def _walk_states(spec: Spec, seed: int, steps: int = 400) -> list[tuple[State, Any]]:
+    """States along a random byte walk (each byte drawn among the admitted ones), with the filter in force there."""
+    lay = Layout(spec)
+    session = spec.session()
+    rng = random.Random(seed)
+    st = lay.start()
+    out = []
+    for _ in range(steps):
+        flt = lay.filter(session.admissible)
+        out.append((st, flt))
+        nxt = sorted(lay.allowed_next_bytes(st, admissible=flt))
+        if not nxt:
+            break
+        b = rng.choice(nxt)
+        st = lay.advance(st, bytes((b,)), admissible=flt)
+        assert st is not None
+        for p, v in st.events:
+            if p in spec.fields:
+                session.assign(p, v)
+    return out
+
+
+def _byte_by_byte(lay: Layout, st: State, data: bytes, flt: Any) -> State | None:
+    for b in data:
+        st = lay.advance(st, bytes((b,)), admissible=flt)  # type: ignore[assignment]
+        if st is None:
+            return None
+    return st
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_some_next_bytes_is_part_of_the_whole_set(name, seed):
+    spec = SPECS[name]
+    lay = Layout(spec)
+    for st, flt in _walk_states(spec, seed):
+        whole = lay.allowed_next_bytes(st, admissible=flt)
+        for limit in (1, 2, 3):
+            some = lay.some_next_bytes(st, limit, admissible=flt)
+            assert some <= whole
+            assert len(some) == min(limit, len(whole))
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_forced_bytes_are_forced_and_their_states_match(name, seed):
+    spec = SPECS[name]
+    lay = Layout(spec)
+    seen = 0
+    for st, flt in _walk_states(spec, seed):
+        got = lay.forced_bytes(st, admissible=flt)
+        if got is None:
+            continue
+        data, at = got
+        seen += 1
+        cur = st
+        for k in range(len(data)):  # every byte is the only one admitted, and the states on the way are advance's
+            assert lay.allowed_next_bytes(cur, admissible=flt) == frozenset({data[k]}), (data, k)
+            if k:
+                assert at(k) == cur
+            cur = lay.advance(cur, data[k:k + 1], admissible=flt)
+            assert cur is not None
+    assert seen
+
+
+@pytest.mark.parametrize("name", ["note", "tool-call"])
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_advance_in_string_equals_byte_by_byte(name, seed):
+    spec = SPECS[name]
+    lay = Layout(spec)
+    rng = random.Random(seed)
+    inside = 0
+    for st, flt in _walk_states(spec, seed):
+        if lay.free_string(st) is None:
+            continue
+        inside += 1
+        data = bytes(rng.choice(b'ab "\\\xc3\xa9\xe2\x80\x94,}0') for _ in range(rng.randint(1, 6)))
+        got, k = lay.advance_in_string(st, data)
+        assert 0 <= k <= len(data)
+        ref = _byte_by_byte(lay, st, data[:k], flt)
+        assert ref is not None and got == ref
+        if k < len(data):  # it stopped where the next byte closes the string, or leaves every record
+            nxt = lay.advance(got, data[k:k + 1], admissible=flt)
+            assert nxt is None or lay.free_string(nxt) is None
+    assert inside
+
+
+@pytest.fixture(scope="module")
+def vocab() -> Vocabulary:
+    return Vocabulary.qwen3()
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_prime_changes_no_mask_and_no_plan(vocab, name):
+    """A primed decoder and an unprimed one on a fresh copy of the declaration write the same masks and certain
+    runs along the same random token walk."""
+    spec = SPECS[name]
+    fresh = Spec.from_json(json.loads(json.dumps(spec.to_json())))
+    a = spec.decoder(vocab).prime()
+    b = fresh.decoder(vocab)
+    rng = random.Random(7)
+    for _ in range(120):
+        if a.is_terminated():
+            break
+        assert a.certain_run(64) == b.certain_run(64)
+        ids = a.allowed_tokens()
+        assert np.array_equal(ids, b.allowed_tokens())
+        t = int(ids[rng.randrange(len(ids))])
+        a.consume(t)
+        b.consume(t)
+    assert a.is_terminated() == b.is_terminated()
+    if a.is_terminated():
+        assert a.record() == b.record()
