@@ -36,9 +36,24 @@ from . import percentile, summary_ms
 from .walks import VOCABS
 
 
-def problems(per_size: int, calendar_n: int, meeting_n: int) -> Iterator[tuple[str, Spec, Any]]:
-    """(group, declaration, gold record) for trip 3..7 cities, calendar and meeting."""
-    from ..workloads import calendar, meeting, trip
+def trip_note(gold: dict[str, Any]) -> str:
+    """A note for a trip record's free ``note`` field, written from the gold plan (a fixed stand-in for what a model
+    writes: words, digits, punctuation, one non-ASCII dash)."""
+    plan = gold.get("plan") or []
+    cities = [str(step.get("city", "")) for step in plan if isinstance(step, dict)]
+    if not cities:
+        return "A plan with direct flights only."
+    days = plan[-1].get("last_day", "") if isinstance(plan[-1], dict) else ""
+    return (f"Start in {cities[0]} and end in {cities[-1]}: {len(cities)} cities in {days} days — "
+            f"direct flights only, one city after another ({', '.join(cities)}).")
+
+
+def problems(per_size: int, calendar_n: int, meeting_n: int, bfcl_n: int = 0,
+             note_n: int = 0) -> Iterator[tuple[str, Spec, Any]]:
+    """(group, declaration, gold record) for trip 3..7 cities, calendar, meeting, tool calls (BFCL: the first
+    possible answer) and trip with a free note (the note from :func:`trip_note`)."""
+    from ..workloads import bfcl, calendar, meeting, trip
+    from .generate import trip_problems
     per: dict[int, int] = {}
     for ex in trip.examples():
         n = trip.num_cities(ex)
@@ -54,20 +69,29 @@ def problems(per_size: int, calendar_n: int, meeting_n: int) -> Iterator[tuple[s
         if k >= meeting_n:
             break
         yield "meeting", meeting.declaration(ex), meeting.gold_record(ex)
+    for p in bfcl.problems()[:bfcl_n]:
+        yield "tool-call", bfcl.declaration(p), bfcl.gold_records(p)[0]
+    for prob in trip_problems(note_n, note=True) if note_n else []:
+        yield "trip+note", prob.spec, dict(prob.gold, note=trip_note(prob.gold))
 
 
 def gold_walk(spec: Spec, vocab: Vocabulary, gold: Any) -> dict[str, Any]:
     """Write ``gold`` through a canonical-mode decoder; time every position. Returns tokens and timings."""
     vocab.encode("{}")  # the canonical encoder loads once per vocabulary: not a per-record cost
     t = time.perf_counter()
-    session = spec.session().prepare()  # a server runs this while the prompt is prefilled
+    # set-up: the declaration's layout and token index (its compile), the request's session, its root pass and the
+    # first certain run (Decoder.prime): what a server does off its step loop while the prompt is prefilled
+    dec = spec.decoder(vocab, mode="canonical").prime()
     setup = time.perf_counter() - t
-    dec = spec.decoder(vocab, mode="canonical", session=session)
     target = dec.layout.render(gold).encode()
     row = np.zeros((vocab.size + 31) // 32, dtype=np.int32)
     fills, consumes, certain, tokens, cpu = [], [], [], [], []
     clock = time.perf_counter
+    first_string: list[float] = []
+    in_string = False
     while not dec.is_terminated():
+        entering = dec.layout.free_string(dec._frames[-1].state) is not None
+        first, in_string = entering and not in_string, entering
         t0 = clock()
         run = dec.certain_run(1)  # plans the certain run where none is planned: the real work of certain tokens
         t1 = clock()
@@ -91,6 +115,8 @@ def gold_walk(spec: Spec, vocab: Vocabulary, gold: Any) -> dict[str, Any]:
         t3 = clock()
         dec.consume(tok)
         t4 = clock()
+        if first:
+            first_string.append(t2 - t1)
         fills.append(t2 - t1)
         consumes.append(t4 - t3)
         cpu.append((t1 - t0) + (t4 - t3) + (0.0 if run else t2 - t1))
@@ -99,15 +125,34 @@ def gold_walk(spec: Spec, vocab: Vocabulary, gold: Any) -> dict[str, Any]:
     if dec.record() != json.loads(target):
         raise AssertionError("the gold walk did not reproduce the gold record")
     return {"tokens": tokens, "fill": fills, "consume": consumes, "certain": certain, "cpu": cpu,
-            "solver_seconds": dec.stats.solver_seconds, "setup_seconds": setup}
+            "solver_seconds": dec.stats.solver_seconds, "setup_seconds": setup, "first_string": first_string}
 
 
-def run_masks(per_size: int = 4, calendar_n: int = 10, meeting_n: int = 3, vocabs: list[str] | None = None,
-              progress: bool = False) -> dict[str, Any]:
+def cold_string_build(vocab: Vocabulary) -> float | None:
+    """Seconds to build, with no cache at all (memory or disk), the token table a trip note's first mask needs."""
+    from ..tokenmap.decoder import TokenIndex
+    from ..tokenmap.layout import Layout
+    from ..tokenmap.stringtables import StringTables
+    lay = Layout(Spec({"type": "object", "required": ["note"], "properties": {
+        "note": {"type": "string", "maxLength": 400}}}))
+    found = lay.free_string(lay.advance(lay.start(), b'{"note": "'))
+    if found is None:
+        return None
+    slot, (_, _, st, _, pending) = found
+    index = TokenIndex.of(vocab)
+    t = time.perf_counter()
+    tables = StringTables(slot, index, folder=None)
+    tables.table(tables.core(st, pending))
+    return time.perf_counter() - t
+
+
+def run_masks(per_size: int = 4, calendar_n: int = 10, meeting_n: int = 3, bfcl_n: int = 0, note_n: int = 0,
+              vocabs: list[str] | None = None, progress: bool = False) -> dict[str, Any]:
     from .masks_xgrammar import time_masks
     names = vocabs or list(VOCABS)
     loaded = {v: VOCABS[v]() for v in names}
-    items = list(problems(per_size, calendar_n, meeting_n))
+    cold = {v: cold_string_build(loaded[v]) for v in names} if note_n else {}
+    items = list(problems(per_size, calendar_n, meeting_n, bfcl_n, note_n))
     groups: dict[str, dict[str, Any]] = {}
     for k, (group, spec, gold) in enumerate(items):
         schema = spec.schema
@@ -117,65 +162,106 @@ def run_masks(per_size: int = 4, calendar_n: int = 10, meeting_n: int = 3, vocab
             ours = gold_walk(spec, vocab, gold)
             theirs = time_masks(schema, vocab, [ours["tokens"]], cold=False)
             g = groups.setdefault(f"{group}/{v}", {"records": 0, "tokens": 0, "certain": 0, "fill": [],
-                                                   "fill_choice": [], "cpu": 0.0, "xg_fill": [], "xg_cpu": 0.0,
-                                                   "solver": 0.0})
+                                                   "fill_choice": [], "xg_choice": [], "cpu": 0.0, "xg_fill": [],
+                                                   "xg_cpu": 0.0, "solver": 0.0, "per_record": [], "setup": [],
+                                                   "xg_compile": [], "first_string": []})
+            n = len(ours["tokens"])
+            xf = theirs["fill_mask_seconds"][0]
+            xg_cpu = sum(xf) + sum(theirs["consume_seconds"][0])
             g["records"] += 1
-            g["tokens"] += len(ours["tokens"])
+            g["tokens"] += n
             g["certain"] += sum(ours["certain"])
             g["fill"] += ours["fill"]
             g["fill_choice"] += [f for f, c in zip(ours["fill"], ours["certain"]) if not c]
+            g["xg_choice"] += [f for f, c in zip(xf, ours["certain"]) if not c]
             g["cpu"] += sum(ours["cpu"])
             g["solver"] += ours["solver_seconds"]
-            xf = theirs["fill_mask_seconds"][0]
             g["xg_fill"] += xf
-            g["xg_cpu"] += sum(xf) + sum(theirs["consume_seconds"][0])
+            g["xg_cpu"] += xg_cpu
+            g["per_record"].append((sum(ours["cpu"]) / n, xg_cpu / n))
+            g["setup"].append(ours["setup_seconds"])
+            g["xg_compile"].append(theirs["compile_seconds"])
+            g["first_string"] += ours["first_string"]
         if progress:
             print(f"\r  masks: problem {k + 1}/{len(items)} ({group})", end="", file=sys.stderr, flush=True)
     if progress:
         print(file=sys.stderr)
     rows = {}
     for key, g in groups.items():
+        ours_pr = [a for a, _ in g["per_record"]]
+        xg_pr = [b for _, b in g["per_record"]]
+        ratio_pr = [a / b for a, b in g["per_record"] if b > 0]
+        choice = g["fill_choice"]
         rows[key] = {
             "records": g["records"], "tokens": g["tokens"], "certain_share": round(g["certain"] / g["tokens"], 4),
-            "mask_ms": summary_ms(g["fill"]), "mask_ms_choice": summary_ms(g["fill_choice"]),
-            "xgrammar_mask_ms": summary_ms(g["xg_fill"]),
+            "mask_ms": summary_ms(g["fill"]), "mask_ms_choice": summary_ms(choice),
+            "xgrammar_mask_ms": summary_ms(g["xg_fill"]), "xgrammar_mask_ms_choice": summary_ms(g["xg_choice"]),
             "masks_per_s": round(len(g["fill"]) / sum(g["fill"]), 1),
             "xgrammar_masks_per_s": round(len(g["xg_fill"]) / sum(g["xg_fill"]), 1),
             "p99_ratio": round(percentile(g["fill"], 99) / percentile(g["xg_fill"], 99), 2),
+            "p99_ratio_choice": (round(percentile(choice, 99) / percentile(g["xg_choice"], 99), 2)
+                                 if choice else None),
             "cpu_us_per_token": round(g["cpu"] / g["tokens"] * 1e6, 2),
             "xgrammar_cpu_us_per_token": round(g["xg_cpu"] / g["tokens"] * 1e6, 2),
+            "cpu_us_per_token_p50": round(percentile(ours_pr, 50) * 1e6, 2),
+            "xgrammar_cpu_us_per_token_p50": round(percentile(xg_pr, 50) * 1e6, 2),
+            "cpu_ratio_p50": round(percentile(ratio_pr, 50), 2),
             "solver_us_per_token": round(g["solver"] / g["tokens"] * 1e6, 2),
+            "setup_ms": summary_ms(g["setup"]), "xgrammar_compile_ms": summary_ms(g["xg_compile"]),
+            "first_string_mask_ms": summary_ms(g["first_string"]),
         }
-    return {"rows": rows}
+    res: dict[str, Any] = {"rows": rows}
+    if cold:
+        res["string_table_cold_build_ms"] = {v: round(s * 1e3, 1) for v, s in cold.items() if s is not None}
+    return res
 
 
 def report_md(res: dict[str, Any]) -> str:
     lines = ["# Mask latency and constraint CPU per record token, against XGrammar", "",
              f"Machine: {res.get('machine', '')}. Command: `{res.get('command', '')}`. XGrammar "
-             f"{res.get('xgrammar', '')} on the same schemas without relations, same token sequences, same run.", "",
+             f"{res.get('xgrammar', '')} on the same schemas without relations, same token sequences, same run. "
+             f"{res.get('bench_note', '')}", "",
              "Gold-guided canonical-mode walks (certain runs taken, elsewhere the longest admitted token spelling the "
-             "gold). *mask*: `fill_mask` at every position (a single token where certain); *at a choice*: where the "
-             "model chooses; *cpu/token*: planning + `consume` everywhere + `fill_mask` at choices.", "",
-             "| workload / tokenizer | records | tokens | certain | mask p50 / p99 ms | at a choice p50 / p99 ms | "
-             "XGrammar p50 / p99 ms | p99 ratio | masks/s (ours / XGr) | cpu/token us (ours / XGr) | "
-             "solver us/token |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "gold; a trip note is a fixed sentence written from the gold plan). *cpu/token*: planning + `consume` "
+             "everywhere + `fill_mask` where the model chooses, per record token; *p50* of the per-record values, "
+             "and their ratio (ours / XGrammar's on the same tokens) at the median. *at a choice*: `fill_mask` where "
+             "the model chooses, ours and XGrammar's at the same positions. *set-up*: ours is the declaration's "
+             "compile (layout, token index), the request's session, its root pass and the first certain run "
+             "(`Decoder.prime`, what a server runs off its step loop while the prompt is prefilled); XGrammar's is "
+             "its grammar compile.", "",
+             "| workload / tokenizer | records | tokens | certain | cpu/token us p50 (ours / XGr) | ratio p50 | "
+             "at a choice p50 / p99 ms | XGr at those p50 / p99 ms | p99 ratio at a choice | mask p99 all (ours / "
+             "XGr) ms | set-up p50 / p99 ms | XGr compile p50 / p99 ms | solver us/token |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for key, r in res["rows"].items():
         m, c, x = r["mask_ms"], r["mask_ms_choice"], r["xgrammar_mask_ms"]
+        xc, su, xs = r.get("xgrammar_mask_ms_choice", {}), r.get("setup_ms", {}), r.get("xgrammar_compile_ms", {})
         lines.append(
-            f"| {key} | {r['records']} | {r['tokens']} | {r['certain_share']:.1%} | {m['p50']:.3f} / {m['p99']:.3f} "
-            f"| {c.get('p50', 0):.3f} / {c.get('p99', 0):.3f} | {x['p50']:.4f} / {x['p99']:.4f} | "
-            f"{r['p99_ratio']} | {r['masks_per_s']:.0f} / {r['xgrammar_masks_per_s']:.0f} | "
-            f"{r['cpu_us_per_token']:.1f} / {r['xgrammar_cpu_us_per_token']:.1f} | {r['solver_us_per_token']:.1f} |")
+            f"| {key} | {r['records']} | {r['tokens']} | {r['certain_share']:.1%} | "
+            f"{r.get('cpu_us_per_token_p50', 0):.1f} / {r.get('xgrammar_cpu_us_per_token_p50', 0):.1f} | "
+            f"{r.get('cpu_ratio_p50', '')} | {c.get('p50', 0):.3f} / {c.get('p99', 0):.3f} | "
+            f"{xc.get('p50', 0):.4f} / {xc.get('p99', 0):.4f} | {r.get('p99_ratio_choice') or ''} | "
+            f"{m['p99']:.3f} / {x['p99']:.4f} | {su.get('p50', 0):.1f} / {su.get('p99', 0):.1f} | "
+            f"{xs.get('p50', 0):.1f} / {xs.get('p99', 0):.1f} | {r['solver_us_per_token']:.1f} |")
+    strings = [(k, r["first_string_mask_ms"]) for k, r in res["rows"].items() if r.get("first_string_mask_ms", {}).get("n")]
+    if strings:
+        lines += ["", "First mask inside a free string (tables warm in memory after the first record of the run):", "",
+                  "| workload / tokenizer | strings | p50 ms | p99 ms | max ms |", "|---|---|---|---|---|"]
+        for k, f in strings:
+            lines.append(f"| {k} | {f['n']} | {f['p50']:.2f} | {f['p99']:.2f} | {f['max']:.2f} |")
+    if res.get("string_table_cold_build_ms"):
+        lines += ["", "Cold build of a free string's first token table (no memory or disk cache): " + ", ".join(
+            f"{v} {ms} ms" for v, ms in res["string_table_cold_build_ms"].items()) + "."]
     return "\n".join(lines) + "\n"
 
 
 def run(args: argparse.Namespace) -> int:
     from ..baselines.xgrammar import xgrammar_version
-    res = run_masks(args.per_size, args.calendar, args.meeting, progress=True)
+    res = run_masks(args.per_size, args.calendar, args.meeting, args.bfcl, args.note, progress=True)
     res["machine"] = f"{platform.machine()}, {platform.python_version()}, 2-core CPU"
     res["command"] = (f"factorspec bench masks --per-size {args.per_size} --calendar {args.calendar} "
-                      f"--meeting {args.meeting}")
+                      f"--meeting {args.meeting} --bfcl {args.bfcl} --note {args.note}")
+    res["bench_note"] = getattr(args, "bench_note", None) or ""
     res["xgrammar"] = xgrammar_version()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -28,15 +28,33 @@ from ..tokenmap import Vocabulary
 
 VOCABS: dict[str, Callable[[], Vocabulary]] = {
     "smollm2": Vocabulary.smollm2, "qwen3": Vocabulary.qwen3, "llama3": Vocabulary.llama3}
-#: share of the walks per workload (a meeting walk costs 1-6 s, the solver's admissible sets; trip and calendar 0.2 s)
-WEIGHTS = {"trip": 0.55, "calendar": 0.43, "meeting": 0.02}
+#: share of the walks per workload (a meeting walk costs 1-6 s, the solver's admissible sets; trip and calendar 0.2 s;
+#: tool calls and trip with a free note write free strings, uniformly random tokens up to their length bounds)
+WEIGHTS = {"trip": 0.45, "calendar": 0.35, "meeting": 0.02, "tool-call": 0.1, "trip+note": 0.08}
+
+
+def _note_doc(prompt: str) -> dict[str, Any]:
+    """A trip declaration with a free ``note`` string (at most 400 characters), as ``bench generate`` writes it."""
+    from ..workloads import trip
+    doc = trip.declaration_doc(prompt)
+    doc["properties"]["note"] = {"type": "string", "maxLength": 400}
+    doc["required"] = [*doc["required"], "note"]
+    return doc
+
+
+def _note_check(prompt: str, record: Any) -> list[str]:
+    """The trip checker on the record without its note; the note itself is checked by jsonschema."""
+    from ..workloads import trip
+    if not isinstance(record, dict):
+        return ["not an object"]
+    return list(trip.check(prompt, {k: v for k, v in record.items() if k != "note"}))
 
 
 class Workload:
     """A workload's problems as (declaration, checker) pairs, built lazily and cached."""
 
     def __init__(self, name: str):
-        from ..workloads import calendar, meeting, trip
+        from ..workloads import bfcl, calendar, meeting, trip
         self.name = name
         if name == "trip":
             self.items = [trip.problem(ex) for ex in trip.examples()]
@@ -47,6 +65,12 @@ class Workload:
         elif name == "meeting":
             self.items = list(meeting.examples())
             self._spec, self._check = meeting.declaration, meeting.check
+        elif name == "tool-call":  # BFCL: the relations checked without the solver (bfcl.check_relations)
+            self.items = list(bfcl.problems())
+            self._spec, self._check = bfcl.declaration, bfcl.check_relations
+        elif name == "trip+note":
+            self.items = [trip.problem(ex) for ex in trip.examples()]
+            self._spec, self._check = (lambda prompt: Spec.from_json(_note_doc(prompt))), _note_check
         else:
             raise ValueError(f"unknown workload {name!r}")
         self._specs: dict[int, Spec] = {}
