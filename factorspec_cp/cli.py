@@ -10,13 +10,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from .display import objective_math
 from .errors import DeclarationError, FactorspecError, UnsatisfiableDeclaration
 from .spec import Spec
 
 EXAMPLE = "trip"
 
 
-def _load(path: str | None) -> tuple[Spec, str]:
+def _read(path: str | None) -> tuple[Any, str]:
     if path is None:
         text = resources.files("factorspec_cp").joinpath(f"examples/{EXAMPLE}.json").read_text()
         name = f"bundled example '{EXAMPLE}'"
@@ -24,10 +25,52 @@ def _load(path: str | None) -> tuple[Spec, str]:
         text = Path(path).read_text()
         name = path
     try:
-        doc = json.loads(text)
+        return json.loads(text), name
     except json.JSONDecodeError as e:
         raise DeclarationError(f"{name} is not JSON: {e}") from None
-    return Spec.from_json(doc), name
+
+
+def _problem(doc: Any, name: str) -> tuple[Any, str | None]:
+    """The declaration and prompt a file holds: a declaration (a JSON Schema, maybe with ``x-factorspec``), or a
+    problem, ``{"prompt": ..., "declaration": {...}}`` (what ``factorspec_cp/examples/trip_natural_plan.json``
+    and the workloads write)."""
+    if isinstance(doc, dict) and "declaration" in doc and not {"type", "properties", "x-factorspec"} & set(doc):
+        if not isinstance(doc["declaration"], dict):
+            raise DeclarationError(f"{name} is a problem file whose `declaration` is not a JSON object",
+                                   pointer="#/declaration", found=type(doc["declaration"]).__name__)
+        prompt = doc.get("prompt")
+        return doc["declaration"], prompt if isinstance(prompt, str) else None
+    if isinstance(doc, dict) and "prompt" in doc and "type" not in doc:
+        raise DeclarationError(f"{name} holds a prompt but no declaration", pointer="#", found=sorted(doc),
+                               hint='a problem file is {"prompt": "...", "declaration": {JSON Schema with '
+                                    'x-factorspec}}; a declaration file is the JSON Schema itself')
+    return doc, None
+
+
+def _spec(doc: Any, name: str) -> tuple[Spec, str | None]:
+    """The spec and prompt of a declaration or problem file; in a problem file, an error's JSON Pointer is into the
+    file (``#/declaration/...``), not into the declaration alone."""
+    declaration, prompt = _problem(doc, name)
+    try:
+        return Spec.from_json(declaration), prompt
+    except DeclarationError as e:
+        if declaration is not doc and e.pointer is not None and e.pointer.startswith("#"):
+            e.pointer = "#/declaration" + e.pointer[1:]
+            e.args = (e._text(),)
+        raise
+
+
+def _load(path: str | None) -> tuple[Spec, str]:
+    doc, name = _read(path)
+    return _spec(doc, name)[0], name
+
+
+def _explanation_json(expl: Any) -> dict[str, Any]:
+    """An explanation as JSON, each relation with its instance written as math (what the text prints)."""
+    out: dict[str, Any] = expl.to_json()
+    for row, inst in zip(out["relations"], expl.relations):
+        row["math"] = inst.math
+    return out
 
 
 def _value(text: str) -> Any:
@@ -59,8 +102,11 @@ def cmd_check(args: argparse.Namespace) -> int:
                               "relations": [], "problems": []}
     for p, f in spec.fields.items():
         report["fields"][p] = {"size": f.size, "kind": f.kind, "domain": list(f.values[:20])}
-    for fac in graph.factors:
-        report["relations"].append({"factor": fac.label, "scope": fac.scope, "rows": fac.rows, "space": fac.space})
+    for fac, inst in zip(graph.factors, spec.instances):
+        report["relations"].append({"factor": fac.label, "relation": inst.label, "math": inst.math,
+                                    "scope": fac.scope, "rows": fac.rows, "space": fac.space})
+    if spec.objective is not None:
+        report["objective"] = objective_math(spec)
     try:
         session = spec.session(backend=args.backend)
         report["backend"] = session.backend
@@ -71,7 +117,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     except UnsatisfiableDeclaration as e:
         report["satisfiable"] = False
         report["problems"].append(str(e))
-        report["explanation"] = e.explanation.to_json() if e.explanation is not None else None
+        report["explanation"] = _explanation_json(e.explanation) if e.explanation is not None else None
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     else:
@@ -81,9 +127,11 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(f"  field {p}: {f.kind} {_domain(list(f.values))}")
         for p in spec.compiled.free:
             print(f"  free  {p}")
-        for fac in graph.factors:
+        for fac, inst in zip(graph.factors, spec.instances):
             rows = f", {fac.rows} rows" if fac.rows is not None else ""
-            print(f"  relation {fac.label}: {', '.join(fac.scope)} (space {fac.space}{rows})")
+            print(f"  {inst.describe()}  (space {fac.space}{rows})")
+        if spec.objective is not None:
+            print(f"  objective: {objective_math(spec)}")
         if report["satisfiable"]:
             print(f"satisfiable: yes; solutions: {report['solutions']} (cap {args.cap}); backend: {report['backend']}"
                   f" ({report['backend_reason']})")
@@ -112,7 +160,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     explanation = session.explain() if empty else None
     if args.json:
         print(json.dumps({"declaration": name, "backend": session.backend, "fields": rows,
-                          "explanation": explanation.to_json() if explanation else None}, indent=2, default=str))
+                          "explanation": _explanation_json(explanation) if explanation else None}, indent=2,
+                         default=str))
         return 1 if empty else 0
     print(f"{name} (backend {session.backend}: {session.backend_reason})")
     for r in rows:
@@ -140,8 +189,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         doc = json.loads(resources.files("factorspec_cp").joinpath("examples/trip_natural_plan.json").read_text())
         spec, name, prompt = Spec.from_json(doc["declaration"]), doc["source"], doc["prompt"]
     else:
-        spec, name = _load(args.declaration)
-        prompt = None
+        doc, name = _read(args.declaration)
+        spec, prompt = _spec(doc, name)
     if args.prompt is not None and args.prompt_file is not None:
         raise SystemExit("give --prompt or --prompt-file, not both")
     if args.prompt is not None:
@@ -149,7 +198,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     elif args.prompt_file is not None:
         prompt = Path(args.prompt_file).read_text()
     if prompt is None:
-        raise SystemExit("a declaration file needs --prompt TEXT or --prompt-file F")
+        raise SystemExit("a declaration file needs --prompt TEXT or --prompt-file F (a problem file, "
+                         '{"prompt": ..., "declaration": ...}, carries its own)')
     if not args.json:
         print(f"{name}: loading the packaged model (SmolLM2-135M-Instruct) ...", file=sys.stderr)
     engine = Engine(width=args.width, temperature=args.temperature, batch=1, seed=args.seed)
@@ -190,7 +240,8 @@ def parser() -> argparse.ArgumentParser:
     for name, fn, text in (("check", cmd_check, "fields, domains, relations, satisfiability, solution count"),
                            ("explain", cmd_explain, "admissible values per field, certain fields, conflicts")):
         p = sub.add_parser(name, help=text)
-        p.add_argument("declaration", nargs="?", help="declaration JSON file (default: the bundled trip example)")
+        p.add_argument("declaration", nargs="?", help="declaration JSON file, or a problem file {\"prompt\", "
+                       "\"declaration\"} (default: the bundled trip example)")
         p.add_argument("--backend", choices=["sat", "cpsat", "csp"], default=None)
         p.add_argument("--json", action="store_true", help="print one JSON object")
         p.set_defaults(fn=fn)
@@ -200,7 +251,8 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("--assign", action="append", default=[], metavar="PATH=VALUE",
                            help="assign a field first (VALUE is JSON, or a bare string)")
     g = sub.add_parser("generate", help="write one record with the packaged model (default: a bundled trip problem)")
-    g.add_argument("declaration", nargs="?", help="declaration JSON file (default: a bundled trip problem)")
+    g.add_argument("declaration", nargs="?", help="declaration or problem JSON file (default: a bundled trip "
+                   "problem); a problem file's prompt is used unless --prompt/--prompt-file is given")
     g.add_argument("--prompt", default=None, help="the user prompt")
     g.add_argument("--prompt-file", default=None, help="read the prompt from a file")
     g.add_argument("--drafter", default="certain", help="none, certain, syntax, ngram[:N:K], hybrid[:N:K]")
@@ -240,8 +292,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--calendar", type=int, default=None, help="calendar problems (solve 100, masks 10, generate 20)")
     b.add_argument("--meeting", type=int, default=None, help="meeting problems (solve 100, masks 3, generate 5)")
     b.add_argument("--trip", type=int, default=100, help="generate: trip problems, 3 to 7 cities")
-    b.add_argument("--bfcl", type=int, default=31, help="generate: tool-call problems")
-    b.add_argument("--note", type=int, default=20, help="generate: trip problems with a free note field")
+    b.add_argument("--bfcl", type=int, default=31, help="generate/masks: tool-call problems (masks: default 31)")
+    b.add_argument("--note", type=int, default=20, help="generate/masks: trip problems with a free note field")
     b.add_argument("--configs", default="xgrammar,xgrammar+ngram,syntax,unconstrained,solve-then-emit,none,certain,"
                    "hybrid", help="generate: configurations to run")
     b.add_argument("--width", type=int, default=32, help="generate: verify width cap (when not searched)")
@@ -261,7 +313,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--concurrency", default="1,4,8", help="serve: requests in flight, comma-separated")
     b.add_argument("--workloads", default=None, help="serve: trip,calendar,meeting,tool-calls,trip+note")
     b.add_argument("--num-spec", type=int, default=32, help="serve: certain-run draft cap")
-    b.add_argument("--bench-note", default="", help="serve: what else ran on the machine (goes in the report)")
+    b.add_argument("--bench-note", default="", help="serve/masks: what else ran on the machine (goes in the report)")
     b.set_defaults(fn=cmd_bench)
     return ap
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -29,6 +28,7 @@ class Factor:
     scope: list[str]
     rows: int | None  # rows of an explicit table (kind "table")
     space: int  # product of the scope's domain sizes: the size of the factor as a full table
+    math: str = ""  # the instance written as math (``/plan/1/first_day == /plan/0/last_day``)
 
     @property
     def label(self) -> str:
@@ -45,7 +45,7 @@ class FactorGraph:
             rel = inst.relation
             self.factors.append(Factor(inst.number, inst.source, rel.kind, rel.name, list(inst.scope),
                                        len(rel.rows) if isinstance(rel, Table) else None,
-                                       math.prod(spec.fields[p].size for p in inst.scope)))
+                                       math.prod(spec.fields[p].size for p in inst.scope), rel.math()))
 
     def to_networkx(self) -> Any:
         """A bipartite ``networkx.Graph``: variable nodes (``kind="variable"``) and factor nodes (``kind="factor"``)."""
@@ -70,8 +70,11 @@ class FactorGraph:
         s = self.summary()
         return f"FactorGraph({s['variables']} variables, {s['factors']} factors)"
 
+    def draw(self, ax: Any = None, *, labels: bool = True, seed: int = 0) -> Any:
+        """Draw the graph with matplotlib (fields as circles, relations as squares by kind); returns the axes."""
+        from .plots import draw_graph
+        return draw_graph(self, ax, labels=labels, seed=seed)
+
     def _repr_html_(self) -> str:
-        rows = "".join(f"<tr><td>{html.escape(f.label)}</td><td>{html.escape(', '.join(f.scope))}</td>"
-                       f"<td>{f.rows if f.rows is not None else ''}</td><td>{f.space}</td></tr>" for f in self.factors)
-        return (f"<b>{html.escape(repr(self))}</b><table><tr><th>factor</th><th>scope</th><th>rows</th>"
-                f"<th>space</th></tr>{rows}</table>")
+        from .display import graph_html
+        return graph_html(self)

@@ -137,6 +137,13 @@ class Relation:
     def label(self) -> str:
         return self.name or self.kind
 
+    # -- display ----------------------------------------------------------------------------------------------------
+    def math(self) -> str:
+        """The relation written as math, e.g. ``/plan/{i+1}/first_day == /plan/{i}/last_day`` or
+        ``all_different(/plan/*/city)``; a custom kind may override it (default: ``kind(paths..., key=value)``)."""
+        from .display import relation_math
+        return relation_math(self)
+
 
 def _to_json_value(val: Any) -> Any:
     if isinstance(val, Relation):

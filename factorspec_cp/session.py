@@ -12,7 +12,6 @@ rest together; the decoder asks it for the values under each next byte (:meth:`S
 
 from __future__ import annotations
 
-import html
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -78,7 +77,8 @@ class Explanation:
                 "assignments": [{"path": p, "value": v} for p, v in self.assignments]}
 
     def _repr_html_(self) -> str:
-        return "<pre>" + html.escape(str(self)) + "</pre>"
+        from .display import explanation_html
+        return explanation_html(self)
 
 
 class Session:
@@ -490,15 +490,8 @@ class Session:
         return f"Session(backend={self.backend_name!r}, assigned={len(self._assigned)}/{len(self.spec.fields)})"
 
     def _repr_html_(self) -> str:
-        rows = []
-        for p in self.spec.fields:
-            vals = self.admissible(p)
-            shown = ", ".join(map(repr, vals[:8])) + (" ..." if len(vals) > 8 else "")
-            mark = "assigned" if p in self._assigned else ("certain" if len(vals) == 1 else "")
-            rows.append(f"<tr><td><code>{html.escape(p)}</code></td><td>{len(vals)}</td>"
-                        f"<td>{html.escape(shown)}</td><td>{mark}</td></tr>")
-        return (f"<b>{html.escape(repr(self))}</b><table><tr><th>field</th><th>#</th><th>admissible</th><th></th>"
-                f"</tr>{''.join(rows)}</table>")
+        from .display import session_html
+        return session_html(self)
 
     def close(self) -> None:
         self._backend.close()

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import copy
-import html
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -81,13 +80,20 @@ class Instance:
 
     @property
     def label(self) -> str:
-        name = self.relation.name or self.relation.kind
+        name = f" '{self.relation.name}'" if self.relation.name else ""
         at = f" [i={self.i}]" if self.i is not None else ""
         what = "objective" if self.source < 0 else f"relation {self.source}"
-        return f"{what} '{name}' ({self.relation.kind}){at}"
+        return f"{what}{name} ({self.relation.kind}){at}"
+
+    @property
+    def math(self) -> str:
+        """The instance written as math, with its instantiated paths (``/plan/1/first_day == /plan/0/last_day``)."""
+        return self.relation.math()
 
     def describe(self) -> str:
-        return f"{self.label} over {', '.join(self.scope)}"
+        """``relation 4 'name' (linear) [i=0]: /plan/1/first_day == /plan/0/last_day``: what explanations and the
+        command line print."""
+        return f"{self.label}: {self.math}"
 
 
 class Spec:
@@ -386,19 +392,8 @@ class Spec:
                 f"instances{', objective' if self.objective else ''})")
 
     def _repr_html_(self) -> str:
-        rows = "".join(f"<tr><td><code>{html.escape(p)}</code></td><td>{f.size}</td><td>{html.escape(_short(f))}"
-                       f"</td></tr>" for p, f in self.fields.items())
-        rels = "".join(f"<li>{html.escape(i.describe())}</li>" for i in self.instances[:50])
-        more = f"<li>... {len(self.instances) - 50} more</li>" if len(self.instances) > 50 else ""
-        return (f"<b>{html.escape(repr(self))}</b><table><tr><th>field</th><th>size</th><th>domain</th></tr>{rows}"
-                f"</table><ul>{rels}{more}</ul>")
-
-
-def _short(f: Field) -> str:
-    if isinstance(f.values, range):
-        return f"{f.values.start}..{f.values.stop - 1}" + (f" step {f.values.step}" if f.values.step != 1 else "")
-    vals = list(f.values[:6])
-    return ", ".join(map(repr, vals)) + (" ..." if f.size > 6 else "")
+        from .display import spec_html
+        return spec_html(self)
 
 
 def _tables(rel: Relation) -> Iterator[Table]:

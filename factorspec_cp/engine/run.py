@@ -67,6 +67,10 @@ class Result:
     stats: dict[str, Any]
     margins: list[float] = field(default_factory=list, repr=False)  # masked top-1 minus top-2 logit per token
 
+    def _repr_html_(self) -> str:
+        from ..display import result_html
+        return result_html(self)
+
 
 def extract_json(text: str) -> Any:
     """The first JSON object in ``text`` (unconstrained outputs may wrap it in prose or code fences), or None."""

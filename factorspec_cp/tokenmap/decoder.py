@@ -256,6 +256,10 @@ class Decoder:
             self._plan()
         return self
 
+    def _repr_html_(self) -> str:
+        from ..display import decoder_html
+        return decoder_html(self)
+
     def __repr__(self) -> str:
         return (f"Decoder({self.vocab.name}, {self.mode}, {len(self._frames) - 1} tokens"
                 f"{', terminated' if self.is_terminated() else ''})")
