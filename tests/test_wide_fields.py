@@ -115,8 +115,15 @@ def _expected(bf: Any, path: str, f: Any, assignment: dict[str, Any],
     return [any(a <= k <= b for k in adm for a, b in g) for g in groups]
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("backend", BACKENDS)
+def _seed_backend_grid() -> list[Any]:
+    """Every (backend, seed) pair; the fast suite asks each seed's declaration on one backend, in rotation (so every
+    declaration is checked, and every backend on a third of them), the rest of the grid is marked slow."""
+    return [pytest.param(backend, seed, id=f"{backend}-{seed}",
+                         marks=() if seed % len(BACKENDS) == k else pytest.mark.slow)
+            for k, backend in enumerate(BACKENDS) for seed in SEEDS]
+
+
+@pytest.mark.parametrize(("backend", "seed"), _seed_backend_grid())
 def test_questions_match_brute_force(seed: int, backend: str) -> None:
     doc = declaration(seed)
     bf = BruteForce(doc)
@@ -155,7 +162,8 @@ def test_questions_match_brute_force(seed: int, backend: str) -> None:
         assert s.questions(path).among(groups) == _expected(bf, path, f, {}, groups)
 
 
-@pytest.mark.parametrize("seed", SEEDS[:12])
+@pytest.mark.parametrize("seed", [pytest.param(seed, marks=() if seed % 2 == 0 else pytest.mark.slow)
+                                  for seed in SEEDS[:12]])  # every other declaration in the fast suite
 def test_asked_slot_matches_the_admissible_enum(seed: int) -> None:
     doc = declaration(seed)
     bf = BruteForce(doc)
