@@ -173,10 +173,11 @@ def _generic(rel: Relation) -> str:
 
 def objective_math(spec: Spec) -> str | None:
     """``maximize 2*/a + /b (require optimal)``, or None without an objective."""
-    obj = spec.objective
-    if obj is None:
+    levels = getattr(spec, "objectives", None) or ([spec.objective] if spec.objective is not None else [])
+    if not levels:
         return None
-    return f"{obj.sense} {_sum([(t, t.coef) for t in obj.terms])} (require {obj.require})"
+    text = ", then ".join(f"{obj.sense} {_sum([(t, t.coef) for t in obj.terms])}" for obj in levels)
+    return f"{text} (require {levels[0].require})"
 
 
 def ignored_keywords(spec: Spec) -> list[tuple[str, str]]:

@@ -106,19 +106,33 @@ class Spec:
     relations
         Relation objects (templates allowed).
     objective
-        Optional :class:`Objective`.
+        Optional :class:`Objective`, or a list of them: lexicographic levels, each optimized with the ones before it
+        held at their optima. ``objective`` (the attribute) is the first level, ``objectives`` all of them.
     table_budget
         Largest table (rows) accepted; ``None`` keeps the default (100,000) and is not written back.
     """
 
     def __init__(self, schema: Mapping[str, Any], relations: Sequence[Relation] = (), *,
-                 objective: Objective | None = None, table_budget: int | None = None):
+                 objective: Objective | Sequence[Objective] | None = None, table_budget: int | None = None):
         if not isinstance(schema, Mapping):
             raise DeclarationError("a declaration's schema must be a JSON object", pointer="#", found=schema,
                                    hint='boolean schemas have no layout; write {"type": ...}')
         self.schema: dict[str, Any] = {k: copy.deepcopy(v) for k, v in schema.items() if k != "x-factorspec"}
         self.relations = list(relations)
-        self.objective = objective
+        levels = [] if objective is None else [objective] if isinstance(objective, Objective) else list(objective)
+        where = "#/x-factorspec/objective"
+        if objective is not None and not levels:
+            raise MalformedRelation("an objective list needs at least one level", pointer=where, found=[])
+        for k, level in enumerate(levels):
+            if not isinstance(level, Objective):
+                raise MalformedRelation("objective levels must be Objective objects", pointer=f"{where}/{k}",
+                                        found=level)
+        if len({level.require for level in levels}) > 1:
+            raise MalformedRelation("every objective level takes the same require", pointer=where,
+                                    found=[level.require for level in levels])
+        self.objectives: list[Objective] = levels
+        self._as_list = objective is not None and not isinstance(objective, Objective)  # written back as given
+        self.objective: Objective | None = levels[0] if levels else None
         self.table_budget = table_budget
         if table_budget is not None and (isinstance(table_budget, bool) or not isinstance(table_budget, int)
                                          or table_budget < 1):
@@ -134,14 +148,15 @@ class Spec:
                 raise MalformedRelation("relations must be Relation objects", pointer=where, found=rel)
             relation_from_json(rel.to_json(), where)  # the JSON form's checks, for relations built in Python too
             self._instantiate(k, rel, where)
-        self._objective_terms: list[Term] = []
-        if objective is not None:
-            where = "#/x-factorspec/objective"
-            self._objective_terms = [u for t in objective.terms
-                                     for u in t.with_path(lambda p, many: self._expand(p, True, where))]
-            for t in self._objective_terms:
-                t.validate(self.fields, where)
-        self._optimum: int | None = None
+        self._level_terms: list[list[Term]] = []
+        for k, level in enumerate(levels):
+            at = where if isinstance(objective, Objective) else f"{where}/{k}"
+            terms = [u for t in level.terms for u in t.with_path(lambda p, many, at=at: self._expand(p, True, at))]
+            for t in terms:
+                t.validate(self.fields, at)
+            self._level_terms.append(terms)
+        self._objective_terms: list[Term] = self._level_terms[0] if levels else []
+        self._optima: list[int] | None = None
         self._encoded: dict[str, Any] = {}
 
     # -- construction ----------------------------------------------------------------------------------------------
@@ -161,22 +176,31 @@ class Spec:
         if not isinstance(rels, list):
             raise MalformedRelation("relations must be a list", pointer="#/x-factorspec/relations", found=rels)
         relations = [relation_from_json(r, f"#/x-factorspec/relations/{k}") for k, r in enumerate(rels)]
-        objective = Objective.from_json(x["objective"], "#/x-factorspec/objective") if "objective" in x else None
+        objective: Objective | list[Objective] | None = None
+        if "objective" in x:
+            where = "#/x-factorspec/objective"
+            if isinstance(x["objective"], list):  # lexicographic levels
+                objective = [Objective.from_json(o, f"{where}/{k}") for k, o in enumerate(x["objective"])]
+            else:
+                objective = Objective.from_json(x["objective"], where)
         return cls(doc, relations, objective=objective, table_budget=x.get("table_budget"))
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form; ``Spec.from_json(doc).to_json() == doc``."""
         doc = copy.deepcopy(self.schema)
         x: dict[str, Any] = {"relations": [r.to_json() for r in self.relations]}
-        if self.objective is not None:
-            x["objective"] = self.objective.to_json()
+        if self._as_list:
+            x["objective"] = [o.to_json() for o in self.objectives]
+        elif self.objectives:
+            x["objective"] = self.objectives[0].to_json()
         if self.table_budget is not None:
             x["table_budget"] = self.table_budget
         doc["x-factorspec"] = x
         return doc
 
     @classmethod
-    def from_pydantic(cls, model: Any, relations: Sequence[Relation] = (), *, objective: Objective | None = None,
+    def from_pydantic(cls, model: Any, relations: Sequence[Relation] = (), *,
+                      objective: Objective | Sequence[Objective] | None = None,
                       table_budget: int | None = None) -> Spec:
         """Build from a pydantic model class (its ``model_json_schema()``) and relations."""
         schema = model.model_json_schema()
@@ -301,7 +325,7 @@ class Spec:
     @cached_property
     def scope_fields(self) -> list[str]:
         """Fields read by at least one relation (or the objective), in record order."""
-        used = {p for inst in self.instances for p in inst.scope} | {t.path for t in self._objective_terms}
+        used = {p for inst in self.instances for p in inst.scope} | {t.path for ts in self._level_terms for t in ts}
         return [p for p in self.fields if p in used]
 
     @property
@@ -314,27 +338,39 @@ class Spec:
         return all(relation_has_sat(inst.relation) for inst in self.instances)
 
     def optimum(self) -> int | None:
-        """The optimal objective value (CP-SAT), or None without an objective. Raises when unsatisfiable."""
-        if self.objective is None:
-            return None
-        if self._optimum is None:
+        """The optimal value of the (first) objective (CP-SAT), or None without an objective. Raises when
+        unsatisfiable."""
+        optima = self.optima()
+        return optima[0] if optima else None
+
+    def optima(self) -> list[int]:
+        """The optimal value of each objective level in turn (CP-SAT): level ``k`` optimized with every level before
+        it held at its optimum. Empty without an objective; raises when unsatisfiable."""
+        if self._optima is None:
             from .encoders.cpsat import optimize
-            value = optimize(self, self._objective_terms, self.objective.sense)
-            if value is None:
-                raise self.unsatisfiable()
-            self._optimum = value
-        return self._optimum
+            out: list[int] = []
+            for level, terms in zip(self.objectives, self._level_terms):
+                value = optimize(self, terms, level.sense, held=list(zip(self._level_terms, out)))
+                if value is None:
+                    raise self.unsatisfiable()
+                out.append(value)
+            self._optima = out
+        return self._optima
 
     @cached_property
     def active_instances(self) -> list[Instance]:
-        """The instances sessions enforce: the relations, plus ``objective == optimum`` under require=optimal."""
+        """The instances sessions enforce: the relations, plus ``objective == optimum`` for each level under
+        require=optimal (every backend enforces the same equalities, so optimality is exact everywhere)."""
         out = list(self.instances)
         if self.objective is not None and self.objective.require == "optimal":
-            opt = self.optimum()
-            assert opt is not None
-            rel = Linear(list(self._objective_terms), "==", opt, name=f"{self.objective.sense} (optimal = {opt})")
-            scope = list(dict.fromkeys(t.path for t in self._objective_terms))
-            out.append(Instance(len(out), -1, rel, "#/x-factorspec/objective", None, scope))
+            many = self._as_list
+            for k, (level, terms, opt) in enumerate(zip(self.objectives, self._level_terms, self.optima())):
+                name = f"{level.sense} (optimal = {opt})" if not many else f"level {k + 1}: {level.sense} " \
+                                                                            f"(optimal = {opt})"
+                rel = Linear(list(terms), "==", opt, name=name)
+                scope = list(dict.fromkeys(t.path for t in terms))
+                where = "#/x-factorspec/objective" + (f"/{k}" if many else "")
+                out.append(Instance(len(out), -1, rel, where, None, scope))
         return out
 
     # -- solving ---------------------------------------------------------------------------------------------------

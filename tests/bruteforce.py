@@ -286,18 +286,27 @@ class BruteForce:
         self.value_masks = {p: [self._mask(lambda r, p=p, v=v: jeq(r[p], v)) for v in vals]
                             for p, vals in self.domains.items()}
         self.optimum: int | None = None
+        self.optima: list[int] = []
         obj = x.get("objective")
-        if obj is not None and obj.get("require", "optimal") == "optimal":
-            sense = "minimize" if "minimize" in obj else "maximize"
-            terms = [[t[0], q, *t[2:]] for t in obj[sense] for q in exp.star(t[1])]
-            values = [_terms_value(terms, r) for r in self.records]
+        levels = obj if isinstance(obj, list) else [obj] if obj is not None else []
+        if levels and levels[0].get("require", "optimal") == "optimal":
+            # lexicographic: level k's optimum over the records satisfying the relations and every level before it
+            # at its optimum; a single objective is one level, keyed (-1, None) as before
             ok = self.select(self.relation_keys())
-            feasible = [v for b, v in enumerate(values) if ok >> b & 1]
-            if feasible:
-                self.optimum = (min if sense == "minimize" else max)(feasible)
-                self.masks[(-1, None)] = sum(1 << b for b, v in enumerate(values) if v == self.optimum)
-            else:  # no record: the objective adds nothing, the declaration is unsatisfiable anyway
-                self.masks[(-1, None)] = self.all
+            for k, level in enumerate(levels):
+                key = (-1, None) if not isinstance(obj, list) else (-1, k)
+                sense = "minimize" if "minimize" in level else "maximize"
+                terms = [[t[0], q, *t[2:]] for t in level[sense] for q in exp.star(t[1])]
+                values = [_terms_value(terms, r) for r in self.records]
+                feasible = [v for b, v in enumerate(values) if ok >> b & 1]
+                if feasible:
+                    best = (min if sense == "minimize" else max)(feasible)
+                    self.optima.append(best)
+                    self.masks[key] = sum(1 << b for b, v in enumerate(values) if v == best)
+                    ok &= self.masks[key]
+                else:  # no record: the objective adds nothing, the declaration is unsatisfiable anyway
+                    self.masks[key] = self.all
+            self.optimum = self.optima[0] if self.optima else None
 
     def _mask(self, pred: Any) -> int:
         m = 0

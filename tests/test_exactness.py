@@ -366,9 +366,12 @@ def declarations(draw: Any) -> dict[str, Any]:
         relations.append(rel)
     x: dict[str, Any] = {"relations": relations}
     if draw(st.integers(0, 9)) < 3:
-        terms, _, _, _ = _terms(draw, pools.plain + pools.stars)
-        sense = draw(st.sampled_from(["minimize", "maximize"]))
-        x["objective"] = {sense: terms, "require": draw(st.sampled_from(["optimal", "optimal", "optimal", "any"]))}
+        require = draw(st.sampled_from(["optimal", "optimal", "optimal", "any"]))
+        levels = []
+        for _ in range(draw(st.sampled_from([1, 1, 2, 3]))):  # one objective, or lexicographic levels
+            terms, _, _, _ = _terms(draw, pools.plain + pools.stars)
+            levels.append({draw(st.sampled_from(["minimize", "maximize"])): terms, "require": require})
+        x["objective"] = levels[0] if len(levels) == 1 and draw(st.booleans()) else levels
     return {**schema, "x-factorspec": x}
 
 
@@ -403,7 +406,10 @@ def _flat(record: Any, paths: list[str]) -> tuple[str, ...]:
 
 
 def _key(inst: Any) -> tuple[int, Any]:
-    return (inst.source, inst.i if inst.source >= 0 else None)
+    if inst.source >= 0:
+        return (inst.source, inst.i)
+    level = inst.where.rsplit("/", 1)[-1]  # "#/x-factorspec/objective/k" for a level of a list
+    return (-1, int(level) if level.isdigit() else None)
 
 
 def assert_minimal_conflict(bf: Any, expl: Any, assignment: dict[str, Any],

@@ -189,6 +189,41 @@ def test_objective_optimal_restricts_admissible() -> None:
     assert fs.Spec.from_json(doc).session().admissible("/a") == [0, 1, 2, 3, 4]
 
 
+def test_lexicographic_objective_matches_enumeration() -> None:
+    """Two levels: most of /a + /b first, then least /a. The admissible records are found by enumerating every
+    record in plain Python (no solver) and keeping the lexicographic optima; every backend must agree."""
+    import itertools
+    levels = [{"maximize": [[1, "/a"], [1, "/b"]], "require": "optimal"},
+              {"minimize": [[1, "/a"]], "require": "optimal"}]
+    doc = {"type": "object", "required": ["a", "b", "c"], "properties": {
+        "a": {"type": "integer", "minimum": 0, "maximum": 4}, "b": {"type": "integer", "minimum": 0, "maximum": 3},
+        "c": {"type": "integer", "minimum": 0, "maximum": 2}},
+        "x-factorspec": {"relations": [{"kind": "linear", "terms": [[1, "/a"], [1, "/b"], [1, "/c"]], "op": "<=",
+                                        "rhs": 5}], "objective": levels}}
+    spec = fs.Spec.from_json(doc)
+    assert spec.to_json() == doc and fs.Spec.from_json(spec.to_json()).to_json() == doc
+    records = [r for r in itertools.product(range(5), range(4), range(3)) if sum(r) <= 5]
+    best1 = max(a + b for a, b, _ in records)
+    records = [r for r in records if r[0] + r[1] == best1]
+    best2 = min(a for a, _, _ in records)
+    records = [r for r in records if r[0] == best2]
+    assert spec.optima() == [best1, best2] and spec.optimum() == best1
+    for backend in ("sat", "cpsat", "csp"):
+        s = spec.session(backend)
+        for k, p in enumerate(("/a", "/b", "/c")):
+            assert s.admissible(p) == sorted({r[k] for r in records}), (backend, p)
+    assert spec.check_record({"a": best2, "b": best1 - best2, "c": 0}) == []
+    assert spec.check_record({"a": best2 + 1, "b": best1 - best2 - 1, "c": 0})  # level 1 holds, level 2 not
+    bad = copy.deepcopy(doc)
+    bad["x-factorspec"]["objective"][1]["require"] = "any"
+    with pytest.raises(fs.DeclarationError) as e:
+        fs.Spec.from_json(bad)
+    assert e.value.pointer == "#/x-factorspec/objective"
+    bad["x-factorspec"]["objective"] = []
+    with pytest.raises(fs.DeclarationError):
+        fs.Spec.from_json(bad)
+
+
 def test_graph_and_networkx_export() -> None:
     spec = fs.Spec.from_json(DESIGN_EXAMPLE)
     graph = spec.graph

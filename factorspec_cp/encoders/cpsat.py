@@ -381,12 +381,20 @@ class CpsatBackend(Backend):
                 self._current[i] = dom
 
 
-def optimize(spec: Spec, terms: Sequence[Term], sense: str) -> int | None:
-    """The optimal value of ``sum(terms)`` over records satisfying the relations; None when there are none."""
+def optimize(spec: Spec, terms: Sequence[Term], sense: str,
+             held: Sequence[tuple[Sequence[Term], int]] = ()) -> int | None:
+    """The optimal value of ``sum(terms)`` over records satisfying the relations and each ``held`` expression at
+    its value (the earlier levels of a lexicographic objective at their optima); None when there are none."""
     cm = CpsatModel(spec, spec.instances, fields=list(dict.fromkeys(
-        [p for i in spec.instances for p in i.scope] + [t.path for t in terms])))
-    w = weights(terms, spec.fields)
-    expr = sum((cm.value_expr(p, ws) for p, ws in w.items()), 0)
+        [p for i in spec.instances for p in i.scope] + [t.path for t in terms]
+        + [t.path for ts, _ in held for t in ts])))
+
+    def expr_of(ts: Sequence[Term]) -> Any:
+        return sum((cm.value_expr(p, ws) for p, ws in weights(ts, spec.fields).items()), 0)
+
+    for ts, value in held:
+        cm.model.Add(expr_of(ts) == value)
+    expr = expr_of(terms)
     (cm.model.Minimize if sense == "minimize" else cm.model.Maximize)(expr)
     solver = _solver()
     status = solver.Solve(cm.model)
