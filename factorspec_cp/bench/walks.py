@@ -3,7 +3,7 @@
 Each walk draws a workload problem, a tokenizer and a mode, then picks uniformly among the admitted tokens until
 EOS. The record must pass ``jsonschema`` against the declaration's schema and the workload's own checker (written
 without the solver). Along the way, with probability ``rollback_p`` per position, the walk rolls back a random
-number of tokens and replays them, and every replayed mask must equal the one first seen.
+number of tokens (at most ``MAX_ROLLBACK``) and replays them, and every replayed mask must equal the one first seen.
 
 Writes ``benchmarks/walks.json`` and ``walks.md``: walks, failures (none expected), positions, rollbacks, time.
 """
@@ -31,6 +31,11 @@ VOCABS: dict[str, Callable[[], Vocabulary]] = {
 #: share of the walks per workload (a meeting walk costs 1-6 s, the solver's admissible sets; trip and calendar 0.2 s;
 #: tool calls and trip with a free note write free strings, uniformly random tokens up to their length bounds)
 WEIGHTS = {"trip": 0.45, "calendar": 0.35, "meeting": 0.02, "tool-call": 0.1, "trip+note": 0.08}
+
+
+#: the deepest rollback a walk draws: free strings make walks of thousands of tokens, and replaying up to the whole
+#: history at every rollback would cost the square of their length
+MAX_ROLLBACK = 64
 
 
 def _note_doc(prompt: str) -> dict[str, Any]:
@@ -100,7 +105,7 @@ def walk(spec: Spec, vocab: Vocabulary, mode: str, rng: random.Random, *, rollba
         history.append((tok, ids))
         dec.consume(tok)
         if rng.random() < rollback_p and len(history) > 1:
-            k = rng.randint(1, len(history))
+            k = rng.randint(1, min(len(history), MAX_ROLLBACK))
             dec.rollback(k)
             rollbacks += 1
             for t, seen in history[-k:]:

@@ -36,9 +36,16 @@ _PREFIX_OK: dict[tuple[Any, ...], dict[bytes, bool]] = {}
 _EXTENDABLE: dict[tuple[Any, ...], dict[bytes, bool]] = {}
 
 
+#: the most digits an integer without a bound on that side may have: JSON readers stop far below infinity (Python's
+#: ``json.loads`` refuses integers over 4,300 digits, IEEE doubles hold 15-17 exactly), and a uniform random walk
+#: through 3-digit tokens otherwise writes numbers of thousands of digits. Bounds with more digits raise the limit.
+MAX_INTEGER_DIGITS = 100
+
+
 class IntegerSlot:
     """Canonical JSON integers (``-?(0|[1-9][0-9]*)``) in ``[lo, hi]`` (``None``: unbounded) congruent to
-    ``base`` modulo ``step``. Sub-state: the bytes typed."""
+    ``base`` modulo ``step``, of at most :data:`MAX_INTEGER_DIGITS` digits where unbounded (a documented
+    narrowing). Sub-state: the bytes typed."""
 
     start = b""
 
@@ -46,6 +53,7 @@ class IntegerSlot:
         self.lo, self.hi, self.step_, self.base = lo, hi, step, base % step
         digits = [len(str(abs(x))) for x in (lo, hi) if x is not None]
         self._k = max(digits, default=1) + len(str(step)) + 2
+        self.max_digits = max([MAX_INTEGER_DIGITS, *digits])
         # answers depend only on (lo, hi, step, base): shared by every slot with those bounds (trip days, BFCL
         # years), so a new declaration starts with what earlier ones computed
         key = (lo, hi, step, self.base)
@@ -93,7 +101,8 @@ class IntegerSlot:
     def prefix_ok(self, t: bytes) -> bool:
         ok = self._ok.get(t)
         if ok is None:
-            ok = any(self._first(a, b) is not None for a, b in self._intervals(t))
+            ok = (len(t) - t.startswith(b"-") <= self.max_digits
+                  and any(self._first(a, b) is not None for a, b in self._intervals(t)))
             if len(self._ok) > 100_000:
                 self._ok.clear()
             self._ok[t] = ok

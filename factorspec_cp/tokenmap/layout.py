@@ -393,7 +393,8 @@ class Layout:
         ``json.dumps(record, indent=N)``. Both with ``ensure_ascii=False`` and schema property order.
 
     Field slots hold the canonical rendering of a domain value; free strings hold canonical JSON content (the
-    escapes ``json.dumps`` writes, no others); free integers are canonical; free numbers follow the JSON grammar.
+    escapes ``json.dumps`` writes, no others); free integers are canonical (at most 100 digits where unbounded:
+    ``freeslot.MAX_INTEGER_DIGITS``); free numbers follow the JSON grammar.
     Methods that take ``admissible`` restrict each field slot to the values it returns for the slot's pointer
     (``None`` for a pointer: no restriction); it is called at most once per pointer per call. The filter looks at
     the slot being typed and at the start of the next one, no further: sets from a sound solver never strand a
