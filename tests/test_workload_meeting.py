@@ -295,3 +295,43 @@ def test_cpsat_session_admits_gold_all(times: str) -> None:
 @pytest.mark.parametrize("times", TIMES)
 def test_solution_is_valid_and_optimal_all(times: str) -> None:
     assert _failures(_solve_matches_gold, times, EXAMPLES) == []
+
+
+# ---- objective="gold": the NATURAL PLAN gold convention as a lexicographic objective ----
+
+
+def _gold_is_the_only_record(ex: dict[str, Any], times: str) -> None:
+    """Under objective="gold" every field is certain and the certain values are the gold record's (the gold is
+    the unique lexicographic optimum), which the independent checker also accepts, order included."""
+    from factorspec_cp.spec import _get
+    spec = meeting.declaration(meeting.problem(ex), times=times, objective="gold")
+    gold = meeting.gold_record(ex, times=times, objective="gold")
+    assert meeting.check(meeting.problem(ex), gold) == []
+    assert spec.check_record(gold) == []
+    certain = spec.session().certain()
+    assert set(certain) == set(spec.fields)
+    assert all(_get(gold, p) == v for p, v in certain.items())
+
+
+def test_gold_objective_leaves_only_the_gold() -> None:
+    assert _failures(_gold_is_the_only_record, "minutes", _spread(4)) == []
+
+
+@pytest.mark.slow
+def test_gold_objective_leaves_only_the_gold_in_all_100() -> None:
+    assert _failures(_gold_is_the_only_record, "minutes", EXAMPLES) == []
+
+
+def test_checker_judges_the_order_field() -> None:
+    ex = next(e for e in EXAMPLES if len(_met(meeting.gold_record(e))) >= 2)
+    gold = meeting.gold_record(ex, objective="gold")
+    met = [row for row in gold["meetings"] if row["meet"]]
+    met[0]["order"], met[1]["order"] = met[1]["order"], met[0]["order"]  # swapped: no longer the time order
+    assert any("order" in p for p in meeting.check(meeting.problem(ex), gold))
+    gold = meeting.gold_record(ex, objective="gold")
+    unmet = [row for row in gold["meetings"] if not row["meet"]]
+    if unmet:
+        unmet[0]["order"] = 1
+        assert any("order" in p for p in meeting.check(meeting.problem(ex), gold))
+    with pytest.raises(ValueError):
+        meeting.declaration_doc(ex, objective="latest")  # type: ignore[arg-type]

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 DATA_FILE = "natural-plan/sample100-allfields/meeting_planning_100.json"
 DAY_END = 23 * 60 + 59
 Times = Literal["clock", "minutes"]
+Goal = Literal["gold"] | None
 _CLOCK = re.compile(r"(1[0-2]|[1-9]):([0-5][0-9])(AM|PM)")
 _MEET = re.compile(r"You meet (.+) for (\d+) minutes from (\S+) to (\S+)\.")
 _OTHER = (
@@ -125,8 +126,17 @@ def time_values(start_time: int) -> list[str]:
     return [to_clock(m) for m in range(start_time, DAY_END + 1)]
 
 
-def declaration_doc(example: Mapping[str, Any], *, times: Times = "clock") -> dict[str, Any]:
-    """The JSON declaration: schema, named relations and the objective "meet as many people as possible"."""
+def declaration_doc(example: Mapping[str, Any], *, times: Times = "clock", objective: Goal = None) -> dict[str, Any]:
+    """The JSON declaration: schema, named relations and the objective "meet as many people as possible".
+
+    ``objective="gold"`` declares the NATURAL PLAN gold convention (established from the data in
+    ``notes/gold_conventions.md``: it rebuilds the gold in 100 of 100 problems): each entry gains ``order``, its
+    place in the plan (0: not met), and the objective is lexicographic: most people met, then the first plan in
+    the permutation order of the constraints list (one exact level: a base-(n+1) numeral whose digits are the entry
+    indices in plan order), then every meeting as early as possible for exactly its minimum (least sum of starts
+    and ends, which with the order fixed pins every time). Only the gold schedule is then admissible."""
+    if objective not in (None, "gold"):
+        raise ValueError(f"objective must be None or 'gold', not {objective!r}")
     prob = parse(example)
     day0, people, travel = prob.start_time, prob.people, prob.travel
     if times == "clock":
@@ -182,34 +192,75 @@ def declaration_doc(example: Mapping[str, Any], *, times: Times = "clock") -> di
                             "<=", -go),
                      linear(f"{q.name} then {back} min to {p.name}", [term(1, j, "end"), term(-1, i, "start")],
                             "<=", -back)]}})
-    item = {
-        "type": "object", "additionalProperties": False,
-        "required": ["person", "location", "meet", "start", "end"],
-        "properties": {"person": {"enum": [p.name for p in people]},
-                       "location": {"enum": sorted({p.location for p in people})},
-                       "meet": {"type": "boolean"}, "start": time_schema, "end": dict(time_schema)},
-    }
+    n = len(people)
+    props: dict[str, Any] = {"person": {"enum": [p.name for p in people]},
+                             "location": {"enum": sorted({p.location for p in people})},
+                             "meet": {"type": "boolean"}}
+    most: dict[str, Any] = {"maximize": [[1, f"/meetings/{i}/meet"] for i in range(n)], "require": "optimal"}
+    goal: Any = most
+    if objective == "gold":
+        props["order"] = {"type": "integer", "minimum": 0, "maximum": n}
+        relations += _order_relations(prob, term, linear, met)
+        numeral = [[1, f"/meetings/{i}/order", {str(k): (i + 1) * (n + 1) ** (n - k) if k else 0
+                                               for k in range(n + 1)}] for i in range(n)]
+        goal = [most, {"minimize": numeral, "require": "optimal"},
+                {"minimize": [term(1, i, key) for i in range(n) for key in ("start", "end")], "require": "optimal"}]
+    props.update({"start": time_schema, "end": dict(time_schema)})
+    item = {"type": "object", "additionalProperties": False, "required": list(props), "properties": props}
     return {
         "type": "object", "additionalProperties": False, "required": ["meetings"],
-        "properties": {"meetings": {"type": "array", "minItems": len(people), "maxItems": len(people),
-                                    "items": item}},
-        "x-factorspec": {
-            "relations": relations,
-            "objective": {"maximize": [[1, f"/meetings/{i}/meet"] for i in range(len(people))],
-                          "require": "optimal"},
-        },
+        "properties": {"meetings": {"type": "array", "minItems": n, "maxItems": n, "items": item}},
+        "x-factorspec": {"relations": relations, "objective": goal},
     }
 
 
-def declaration(example: Mapping[str, Any], *, times: Times = "clock") -> Spec:
+def _order_relations(prob: MeetingProblem, term: Any, linear: Any, met: Any) -> list[dict[str, Any]]:
+    """What ``order`` means: 0 exactly when not met, the met entries numbered 1..m, and each met entry right
+    before another separated from it by the travel time."""
+    people, travel = prob.people, prob.travel
+    n = len(people)
+    out: list[dict[str, Any]] = []
+
+    def order(coef: int, i: int) -> list[Any]:
+        return [coef, f"/meetings/{i}/order"]
+
+    for i, p in enumerate(people):
+        out += [
+            {"kind": "implies", "name": f"{p.name} not met: order is 0", "if": met(i, False),
+             "then": linear(f"{p.name} order == 0", [order(1, i)], "==", 0)},
+            {"kind": "implies", "name": f"{p.name} met: order >= 1", "if": met(i),
+             "then": linear(f"{p.name} order >= 1", [order(1, i)], ">=", 1)},
+            linear(f"{p.name} order <= number met", [order(1, i)] + [[-1, f"/meetings/{j}/meet"] for j in range(n)],
+                   "<=", 0),
+        ]
+    for i, p in enumerate(people):
+        for j, q in enumerate(people):
+            if i == j:
+                continue
+            if i < j:
+                out.append({"kind": "implies", "name": f"{p.name} and {q.name} at different places in the plan",
+                            "if": [met(i), met(j)],
+                            "then": linear(f"{p.name} order != {q.name} order", [order(1, i), order(-1, j)], "!=", 0)})
+            go = travel[p.location][q.location]
+            out.append({"kind": "implies", "name": f"{p.name} right before {q.name}: {go} min travel",
+                        "if": [met(i), met(j)], "then": {"kind": "any", "name": f"{p.name} not right before {q.name}, "
+                                                         f"or {go} min between", "relations": [
+                            linear(f"{q.name} order - {p.name} order != 1", [order(1, j), order(-1, i)], "!=", 1),
+                            linear(f"{q.name} start - {p.name} end >= {go}", [term(1, j, "start"), term(-1, i, "end")],
+                                   ">=", go)]}})
+    return out
+
+
+def declaration(example: Mapping[str, Any], *, times: Times = "clock", objective: Goal = None) -> Spec:
     """The compiled declaration of ``declaration_doc``."""
     from factorspec_cp import Spec
 
-    return Spec.from_json(declaration_doc(example, times=times))
+    return Spec.from_json(declaration_doc(example, times=times, objective=objective))
 
 
-def gold_record(example: Mapping[str, Any], *, times: Times = "clock") -> dict[str, Any]:
-    """The record of the example's ``golden_plan`` (people the gold does not meet get the canonical values)."""
+def gold_record(example: Mapping[str, Any], *, times: Times = "clock", objective: Goal = None) -> dict[str, Any]:
+    """The record of the example's ``golden_plan`` (people the gold does not meet get the canonical values);
+    with ``objective="gold"`` each entry carries its ``order`` in the gold plan (0: not met)."""
     prob = parse(example)
     meets: dict[str, tuple[str, str]] = {}
     for sentence in example["golden_plan"]:
@@ -223,10 +274,13 @@ def gold_record(example: Mapping[str, Any], *, times: Times = "clock") -> dict[s
     idle = to_clock(prob.start_time)
     as_time = to_minutes if times == "minutes" else str
     rows = []
+    place = {name: k + 1 for k, name in enumerate(meets)}  # the gold's sentence order
     for p in prob.people:
         start, end = meets.get(p.name, (idle, idle))
-        rows.append({"person": p.name, "location": p.location, "meet": p.name in meets,
-                     "start": as_time(start), "end": as_time(end)})
+        row: dict[str, Any] = {"person": p.name, "location": p.location, "meet": p.name in meets}
+        if objective == "gold":
+            row["order"] = place.get(p.name, 0)
+        rows.append({**row, "start": as_time(start), "end": as_time(end)})
     return {"meetings": rows}
 
 
@@ -282,7 +336,7 @@ def check(example: Mapping[str, Any], record: Any) -> list[str]:
     problems: list[str] = []
     visits: list[tuple[int, int, Person]] = []
     for i, (row, p) in enumerate(zip(rows, prob.people, strict=True)):
-        if not isinstance(row, dict) or set(row) - {"person", "location", "meet", "start", "end"}:
+        if not isinstance(row, dict) or set(row) - {"person", "location", "meet", "order", "start", "end"}:
             problems.append(f"entry {i}: unexpected shape {row!r}")
             continue
         if row.get("person") != p.name or row.get("location", p.location) != p.location:
@@ -304,6 +358,17 @@ def check(example: Mapping[str, Any], record: Any) -> list[str]:
                 problems.append(f"{span} shorter than {p.minimum} minutes")
             visits.append((start, end, p))
     visits.sort(key=lambda visit: (visit[0], visit[1]))
+    orders = [row.get("order") for row in rows if isinstance(row, dict) and "order" in row]
+    if orders:  # the plan order, where the record states it: 0 when not met, the met numbered 1..m in time order
+        index = {p.name: i for i, p in enumerate(prob.people)}
+        if len(orders) != len(rows) or any(isinstance(o, bool) or not isinstance(o, int) for o in orders):
+            problems.append("order must be an integer in every entry")
+        else:
+            met_orders = [rows[index[p.name]]["order"] for _, _, p in visits]
+            if met_orders != list(range(1, len(visits) + 1)):
+                problems.append(f"order of the met people in time order must be 1..{len(visits)}, not {met_orders}")
+            if any(o != 0 for o, row in zip(orders, rows) if row.get("meet") is False):
+                problems.append("a person not met must have order 0")
     here, free = prob.start_location, prob.start_time
     for k, (start, end, p) in enumerate(visits):
         if k and start < visits[k - 1][1]:
