@@ -173,7 +173,7 @@ def _generic(rel: Relation) -> str:
 
 def objective_math(spec: Spec) -> str | None:
     """``maximize 2*/a + /b (require optimal)``, or None without an objective."""
-    levels = getattr(spec, "objectives", None) or ([spec.objective] if spec.objective is not None else [])
+    levels = spec.objectives
     if not levels:
         return None
     text = ", then ".join(f"{obj.sense} {_sum([(t, t.coef) for t in obj.terms])}" for obj in levels)
