@@ -706,19 +706,6 @@ class Layout:
             return ins[2], sub
         return None
 
-    def literal_run(self, state: State) -> tuple[bytes, int, Any] | None:
-        """For a state of one thread inside fixed syntax (not at its last byte): the literal's bytes from here up to
-        but not including its last byte, and a function of ``k`` giving the state after ``k`` of them. Sound
-        without a filter for a live state: one thread means every valid continuation writes these bytes."""
-        if len(state.threads) != 1:
-            return None
-        ((pc, ctr, sub), pending), = state.threads
-        ins = self._code[pc]
-        if ins[0] != LIT or sub + 1 >= len(ins[1]):
-            return None
-        data = ins[1]
-        return data[sub:-1], sub, lambda k: State(frozenset({((pc, ctr, sub + k), pending)}))
-
     def forced_bytes(self, state: State, *, admissible: Admissible | _Filter | None = None
                      ) -> tuple[bytes, Any] | None:
         """For a live state of one thread inside fixed syntax, or at or inside a field slot whose filtered domain
