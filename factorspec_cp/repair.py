@@ -13,9 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from .checks import Check, compiled
-from .encoders.base import weights_memo
-from .relations import Implies
+from .encoders.base import weights, weights_memo
+from .relations import Compare, Implies, Linear, compare, is_path
 from .witnesses import Interval, Known
 
 if TYPE_CHECKING:
@@ -45,6 +47,7 @@ class Repairer:
                 self.touching.setdefault(p, []).append(inst)
         fields = spec.fields
         self.siblings: dict[str, list[str]] = {}
+        self._convex: dict[tuple[int, frozenset[str]], bool] = {}  # (relation, moved fields) -> convex_shift
         for p in self.paths:
             parent = p.rsplit("/", 1)[0]
             self.siblings[p] = [q for q in self.paths if q != p and q.rsplit("/", 1)[0] == parent
@@ -76,9 +79,13 @@ class Repairer:
         indices = dict(zip(self.paths, base))
         start = base[pos[path]]
         for group in moves:
-            move = _Move(group, base, pos, fields, values, indices, known.status, self._live_checks(group, indices))
+            checks, convex = self._live_checks(group, indices)
+            move = _Move(group, base, pos, fields, values, indices, known.status, checks)
             reach = {}
             for step in (1, -1):
+                if convex:  # the valid shifts form one interval: its ends in a logarithmic number of checks
+                    reach[step] = step * _gallop(move, step, fields[path].size)
+                    continue
                 d = step
                 while abs(d) <= limit and move.valid(d):
                     d += step
@@ -95,17 +102,26 @@ class Repairer:
                         break
             move.restore()
 
-    def _live_checks(self, group: Sequence[str], indices: dict[str, int]) -> list[Check]:
+    def _live_checks(self, group: Sequence[str], indices: dict[str, int]) -> tuple[list[Check], bool]:
         """The checks to run when ``group`` moves: the relations reading it, less the implications whose condition
-        reads none of it and is false in ``indices`` (they hold whatever the group takes)."""
+        reads none of it and is false in ``indices`` (they hold whatever the group takes); and whether the shifts
+        that pass them all are one interval of deltas (:func:`convex_shift`)."""
         out = []
+        convex = True
         moved = set(group)
         for inst in {id(i): i for p in group for i in self.touching.get(p, [])}.values():
             _, check, condition = compile_check(self.spec, inst.relation)
             if condition is not None and not moved & condition[0] and not condition[1](indices, {}):
                 continue
             out.append(check)
-        return out
+            if convex:
+                key = (id(inst.relation), frozenset(moved))
+                hit = self._convex.get(key)
+                if hit is None:
+                    hit = self._convex[key] = convex_shift(inst.relation, moved, self.spec.fields,
+                                                           weights_memo(self.spec))
+                convex = hit
+        return out, convex
 
 
 def compile_checks(spec: Spec, instances: Sequence[Instance]) -> None:
@@ -129,6 +145,76 @@ def _condition(rel: Any, fields: Any) -> tuple[set[str], Check] | None:
         return None
     lits = [(lit.field, frozenset(lit.allowed(fields[lit.field]))) for lit in rel.if_]
     return {p for p, _ in lits}, lambda idx, vals: all(idx[p] in ok for p, ok in lits)
+
+
+#: comparisons whose solutions in an affine function of the shift are one interval (``!=`` leaves a hole)
+_CONVEX_OPS = frozenset({"==", "<", "<=", ">", ">="})
+
+
+def _affine(seq: Sequence[Any], memo: dict[Any, Any]) -> bool:
+    """Whether ``seq`` (integers, not booleans) is an arithmetic progression: affine in the index. Kept in
+    ``memo`` by the sequence's identity (the columns of a declaration are shared, :func:`weights`)."""
+    if isinstance(seq, range):
+        return True
+    key = ("affine", id(seq))
+    hit = memo.get(key)
+    if hit is None or hit[0] is not seq:
+        ok = all(type(x) is int for x in seq)
+        if ok and len(seq) > 2:
+            arr = np.asarray(seq, dtype=object if max(map(abs, seq)) >= 1 << 62 else np.int64)
+            d = arr[1:] - arr[:-1]
+            ok = bool((d == d[0]).all())
+        hit = memo[key] = (seq, ok)  # the sequence is kept with its answer, so its id stays its own
+    return hit[1]
+
+
+def convex_shift(rel: Any, moved: set[str], fields: Any, memo: dict[Any, Any]) -> bool:
+    """Whether, when the ``moved`` fields shift together by one delta of value indices and every other field
+    stays, the deltas under which ``rel`` holds are one interval (given that it holds at delta 0: an implication
+    kept for a move has a condition that is true there or reads a moved field). True for a linear relation or a
+    numeric comparison whose moved fields map indices affinely (meeting minutes, integer ranges) under
+    ``==``/``<``/``<=``/``>``/``>=``, for a comparison with a constant whose true values are one run of indices,
+    and for an implication whose condition reads no moved field and whose consequent is convex. False otherwise
+    (tables, ``!=``, all-different, ...): then a repair steps one delta at a time."""
+    kind = type(rel)
+    if kind is Implies:
+        if any(lit.field in moved for lit in rel.if_):
+            return False
+        return convex_shift(rel.then, moved, fields, memo)
+    if kind is Linear:
+        if rel.op not in _CONVEX_OPS:
+            return False
+        cols = weights(rel.terms, fields, memo)
+        return all(_affine(col, memo) for p, col in cols.items() if p in moved)
+    if kind is Compare:
+        left, right = is_path(rel.left), is_path(rel.right)
+        if left != right:
+            path, const = (rel.left, rel.right) if left else (rel.right, rel.left)
+            if path not in moved:
+                return True
+            ok = [compare(v, rel.op, const) if left else compare(const, rel.op, v) for v in fields[path].values]
+            runs = sum(1 for k, x in enumerate(ok) if x and (k == 0 or not ok[k - 1]))
+            return runs <= 1
+        if rel.op not in _CONVEX_OPS or not rel.numeric(fields):
+            return False
+        return all(_affine(fields[p].values, memo) for p in (rel.left, rel.right) if p in moved)
+    return False
+
+
+def _gallop(move: _Move, step: int, size: int) -> int:
+    """The largest ``m`` with ``move.valid(step * m')`` for every ``m' <= m``, where the valid deltas are known to
+    be one interval containing 0: doubling to the first invalid delta, then bisecting."""
+    lo, hi = 0, 1
+    while hi < size and move.valid(step * hi):
+        lo, hi = hi, 2 * hi
+    hi = min(hi, size)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if move.valid(step * mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 class _Move:
