@@ -106,7 +106,8 @@ class Session:
         self._explainer: Backend | None = None
         self._assigned: dict[str, Any] = {}
         self._indices: dict[str, int] = {}  # value indices of the assigned fields that relations read
-        self._stack: list[tuple[dict[str, Any], dict[str, int]]] = []
+        self._stack: list[tuple[dict[str, Any], dict[str, int], tuple[tuple[str, int], ...] | None]] = []
+        self._fkey: tuple[tuple[str, int], ...] | None = ()  # :meth:`fixed_key`, kept until the assignment changes
         self._states: dict[tuple[tuple[str, int], ...], State] = {}
         self._scope = set(p for i in instances for p in i.scope)
         self._paths = [p for p in spec.fields if p in self._scope]  # the order of a record's value indices
@@ -143,15 +144,24 @@ class Session:
         self._assigned[path] = value
         if path in self._scope:
             self._indices[path] = f.index(value)
+            self._fkey = None
 
     def push(self) -> None:
         """Save the assignment; :meth:`pop` returns to it."""
-        self._stack.append((dict(self._assigned), dict(self._indices)))
+        self._stack.append((dict(self._assigned), dict(self._indices), self._fkey))
 
     def pop(self) -> None:
         if not self._stack:
             raise InvalidAssignment("pop() without a matching push()")
-        self._assigned, self._indices = self._stack.pop()
+        self._assigned, self._indices, self._fkey = self._stack.pop()
+
+    def fixed_key(self) -> tuple[tuple[str, int], ...]:
+        """The assigned value indices of the fields relations read, sorted: a key for what the assignment decides
+        (kept between changes: a decoder asks it at every token)."""
+        key = self._fkey
+        if key is None:
+            key = self._fkey = tuple(sorted(self._indices.items()))
+        return key
 
     @property
     def assignment(self) -> dict[str, Any]:

@@ -269,3 +269,33 @@ def test_disk_cache_round_trip_and_damaged_files(tmp_path: Path, monkeypatch: py
     assert t.folder is not None and (tmp_path / "env") in t.folder.parents
     assert [StringMasks(subs[0][0], t).row(subs[0][1], 0, lambda r: [True] * len(r)).tolist()] == [first[0].tolist()]
     assert any((tmp_path / "env").rglob("*.table"))
+
+
+@pytest.mark.parametrize(("vocab_name", "k"), _position_grid())
+def test_token_table_steps_equal_byte_steps(vocab_name: str, k: int) -> None:
+    """``StringMasks.step`` (a token inside a free string in one table lookup, what ``Decoder.consume`` takes)
+    against the slot's own byte-by-byte stepping (``Layout.advance_in_string``), for every token of the
+    vocabulary: a core exactly for the tokens whose every byte stays inside the string, and then the same state."""
+    vocab = VOCABS[vocab_name]()
+    spec = fs.Spec.from_json(FREE)
+    layout = Layout(spec)
+    what, typed = POSITIONS[k]
+    state = layout.advance(layout.start(), typed)
+    found = layout.free_string(state)
+    if found is None:
+        pytest.skip(f"{what}: not inside a string")
+    slot, sub = found
+    masks = StringMasks.of(slot, TokenIndex.of(vocab))
+    inside = 0
+    for t, data in enumerate(vocab.tokens):
+        if not data:
+            continue
+        core = masks.step(sub, t)
+        by_bytes, n = layout.advance_in_string(state, data)
+        if n == len(data):
+            inside += 1
+            assert core is not None, (what, data)
+            assert layout.in_string(state, data, core) == by_bytes, (what, data)
+        else:
+            assert core is None, (what, data, n)
+    assert (inside == 0) == what.startswith("at maxLength"), (what, inside)  # there only the quote may follow

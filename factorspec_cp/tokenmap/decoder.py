@@ -106,6 +106,7 @@ class TokenIndex:
         self.ids = np.array([i for _, i in pairs], dtype=np.int64)
         self.size = vocab.size
         self.lengths = np.array([len(t) for t in self.toks], dtype=np.int32)
+        self._next: dict[tuple[int, int, int], frozenset[int]] = {}
 
     @classmethod
     def of(cls, vocab: Vocabulary) -> TokenIndex:
@@ -127,6 +128,25 @@ class TokenIndex:
             k -= 1
         b = hi if k == 0 else bisect_left(self.toks, prefix[:k - 1] + bytes((prefix[k - 1] + 1,)), a, hi)
         return a, b
+
+    def next_bytes(self, lo: int, hi: int, d: int) -> frozenset[int]:
+        """The bytes at offset ``d`` of the tokens in ``[lo, hi)`` (tokens sharing their first ``d`` bytes), kept
+        per node: a mask walk asks the layout only about bytes some token continues with."""
+        key = (lo, hi, d)
+        hit = self._next.get(key)
+        if hit is None:
+            toks, out = self.toks, set()
+            i = lo
+            while i < hi and len(toks[i]) <= d:
+                i += 1
+            while i < hi:
+                b = toks[i][d]
+                out.add(b)
+                i = self.span(toks[i][:d + 1], i, hi)[1]
+            if len(self._next) > 1 << 18:
+                self._next.clear()
+            hit = self._next[key] = frozenset(out)
+        return hit
 
     def crosses(self, text: bytes) -> bool:
         """Whether some token is longer than ``text`` and starts with it (could merge with what follows)."""
@@ -266,7 +286,7 @@ class Decoder:
 
     # -- the session, seen through the layout -------------------------------------------------------------------
     def _key(self) -> tuple[tuple[str, int], ...]:
-        return tuple(sorted(self.session._fixed().items()))
+        return self.session.fixed_key()
 
     def _informative(self, ctx: tuple[tuple[str, Any], ...]) -> list[tuple[str, Any]]:
         """The values of ``ctx`` that tell the session something: a narrow field whose admissible set under the
@@ -346,9 +366,12 @@ class Decoder:
                 parts.append(self._string_positions(fs, st, lo, hi, d, ctx, flt))
                 continue
             f = flt(ctx)
-            for b in sorted(layout.allowed_next_bytes(st, admissible=f)):
+            for b in sorted(layout.allowed_next_bytes(st, admissible=f, among=index.next_bytes(lo, hi, d))):
                 a, z = index.span(prefix + bytes((b,)), lo, hi)
                 if a >= z:
+                    continue
+                if z - a == 1 and len(toks[a]) == d + 1:  # a token ending at b and nothing longer: b is allowed
+                    singles.append(a)
                     continue
                 st2 = layout.advance(st, bytes((b,)), admissible=f)
                 if st2 is None:
@@ -464,6 +487,11 @@ class Decoder:
         could merge with what follows; EOS after them when the record then ends. Each step keeps the state after
         it, so taking a planned token costs no matching."""
         layout, index = self.layout, self._c.index
+        fs = layout.free_string(state)
+        if fs is not None:
+            nb = fs[0].next_bytes(fs[1])
+            if len(nb) - (0x22 in nb) > 1:
+                return ()  # inside a free string, two bytes that stay inside it: nothing is certain
         eos = self.vocab.eos_token_ids
         # the forced bytes, each value completed on the way conditioning what follows it
         ctx: tuple[Any, ...] = ()
@@ -571,9 +599,17 @@ class Decoder:
         data = self.vocab.token_bytes(token)
         if data is None:
             raise TokenRejected(f"token {token} is a special token, not record content")
+        layout = self.layout
+        fs = layout.free_string(frame.state)
+        if fs is not None:  # inside a free string: a token that stays inside is one lookup in its token table
+            core = self._c.string_masks(fs[0]).step(fs[1], token)
+            if core is not None:
+                self._frames.append(_Frame(layout.in_string(frame.state, data, core), pushed=False,
+                                           plan=rest or None, token=token))
+                self.stats.consume_seconds += time.perf_counter() - t0
+                return
         self.session.push()
         st: State | None = frame.state
-        layout = self.layout
         try:
             f = self._admissible()
             i = 0

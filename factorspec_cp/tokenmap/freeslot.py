@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from bisect import bisect_left, bisect_right
+from collections import OrderedDict
 from collections.abc import Iterator
 from fractions import Fraction
 from functools import lru_cache
@@ -519,7 +521,7 @@ class _Dfa:
 
     def live_classes(self, s: Any, n: int) -> frozenset[Any]:
         """The classes whose character keeps content in state ``s`` after ``n`` characters alive."""
-        key = (s, n)
+        key = (s, self._band(n + 1))
         out = self._live_cls.get(key)
         if out is None:
             out = frozenset(cls for cls, t in self.trans[s].items() if self.live(t, n + 1))
@@ -528,7 +530,7 @@ class _Dfa:
 
     def live(self, s: Any, n: int) -> bool:
         """Whether content in state ``s`` after ``n`` characters can still end as a valid string."""
-        key = (s, n)
+        key = (s, self._band(n))
         ok = self._live.get(key)
         if ok is None:
             lo = max(0, self.min_len - n)
@@ -539,11 +541,24 @@ class _Dfa:
             self._live[key] = ok
         return ok
 
+    def _band(self, n: int) -> int:
+        """A representative of ``n`` for :meth:`live`: every count from ``min_len`` on that leaves room for a whole
+        period of :attr:`_reach` below ``max_len`` answers alike (a long string's positions share one memo entry)."""
+        if n >= self.min_len and (self.max_len is None or self.max_len - n >= len(self._reach)):
+            return self.min_len
+        return n
+
     def _at(self, k: int) -> frozenset[Any]:
         if k < len(self._reach):
             return self._reach[k]
         per = len(self._reach) - self._pre
         return self._reach[self._pre + (k - self._pre) % per]
+
+
+#: string automata and their step memos by (pattern, minLength, maxLength), shared by equal slots of different
+#: declarations (every request of a server compiles its own): the memos depend on nothing else
+_MACHINES: OrderedDict[tuple[Any, ...], StringSlot] = OrderedDict()
+_MACHINES_LOCK = threading.Lock()
 
 
 class StringSlot:
@@ -562,11 +577,25 @@ class StringSlot:
         pattern = schema.get("pattern")
         if pattern is not None and not isinstance(pattern, str):
             raise DeclarationError("pattern must be a string", pointer=f"{pointer}/pattern", found=pattern)
-        self.dfa = _Dfa(pattern, pointer, schema.get("minLength", 0), schema.get("maxLength"))
+        key = (pattern, schema.get("minLength", 0), schema.get("maxLength"))
+        with _MACHINES_LOCK:
+            shared = _MACHINES.get(key)
+            if shared is not None:
+                _MACHINES.move_to_end(key)
+        if shared is not None:  # an equal string seen before (another request's declaration): share its memos
+            self.dfa, self._tables, self._nexts, self._step, self._next = (
+                shared.dfa, shared._tables, shared._nexts, shared._step, shared._next)
+        else:
+            self.dfa = _Dfa(pattern, pointer, schema.get("minLength", 0), schema.get("maxLength"))
+            self._tables: dict[bytes, dict[int, tuple[str, Any, Any]]] = {}
+            self._nexts: dict[tuple[bytes, frozenset[Any], bool], frozenset[int]] = {}
+            self._step = lru_cache(maxsize=1 << 16)(self._step_core)
+            self._next = lru_cache(maxsize=1 << 14)(self._next_core)
+            with _MACHINES_LOCK:
+                _MACHINES[key] = self
+                if len(_MACHINES) > 256:
+                    _MACHINES.popitem(last=False)
         self.start = (b"", 0, self.dfa.initial, 0, b"")
-        self._tables: dict[bytes, dict[int, tuple[str, Any, Any]]] = {}
-        self._step = lru_cache(maxsize=1 << 16)(self._step_core)
-        self._next = lru_cache(maxsize=1 << 14)(self._next_core)
 
     def empty(self) -> bool:
         return not self.dfa.live(self.dfa.initial, 0)
@@ -640,9 +669,14 @@ class StringSlot:
             return frozenset()
         live = self.dfa.live_classes(s, n)
         closes = s in self.dfa.finals and n >= self.dfa.min_len
-        return frozenset(b for b, (kind, cls, _) in self._table(pending).items()
-                         if (kind == "char" and cls in live) or (kind == "partial" and cls & live)
-                         or (kind == "close" and closes))
+        key = (pending, live, closes)  # what the answer depends on: positions of one long string share it
+        out = self._nexts.get(key)
+        if out is None:
+            out = self._nexts[key] = frozenset(
+                b for b, (kind, cls, _) in self._table(pending).items()
+                if (kind == "char" and cls in live) or (kind == "partial" and cls & live)
+                or (kind == "close" and closes))
+        return out
 
     def next_bytes(self, sub: tuple[Any, ...]) -> frozenset[int]:
         return self._next(sub[1:])  # type: ignore[no-any-return]

@@ -273,7 +273,10 @@ class _AskedSlot:
         if k is None or not self.has_prefix(sub):
             return False
         if k not in self.value:
-            self._ask(sub)
+            if self.m.index_intervals(sub) == [(k, k)]:  # no other value starts with sub: has_prefix answered it
+                self.value[k] = True
+            else:
+                self._ask(sub)
         return self.value[k]
 
     def values(self, sub: bytes) -> list[Any]:
@@ -418,6 +421,7 @@ class Layout:
         self._compile(compiled.root, (), 0)
         self._emit(ACCEPT)
         self._closures: dict[tuple[int, tuple[int, ...]], tuple[Core, ...]] = {}
+        self._follows: dict[tuple[int, tuple[int, ...]], frozenset[int]] = {}  # :meth:`_follow`
         self._pointers: dict[tuple[tuple[str | None, ...], tuple[int, ...]], str] = {}
         self._filtered: dict[Any, EnumSlot] = {}
         self._asking: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
@@ -636,7 +640,7 @@ class Layout:
         m = ins[2]
         out: list[tuple[Core, tuple[Event, ...]]] = []
         v = m.value(sub)
-        if v is not NOTHING:  # the value ends here: this byte belongs to what follows
+        if v is not NOTHING and b in self._follow(pc + 1, ctr):  # the value ends here: b belongs to what follows
             ev = self._complete(ins, ctr, sub, v, flt)
             if ev is not None:
                 for nxt, _ in self._enter(pc + 1, ctr, flt):
@@ -653,6 +657,35 @@ class Layout:
                 else:
                     out.append(((pc, ctr, sub2), ()))
         return out
+
+    def _can_step(self, core: Core, b: int, flt: _Filter | None) -> bool:
+        """``bool(self._step(core, b, flt))``, trying first the thread that stays in a value slot: a byte that
+        continues a value some admissible value starts with needs no look at the value ending there."""
+        pc, ctr, sub = core
+        ins = self._code[pc]
+        if ins[0] in (FIELD, FREE):
+            m = ins[2]
+            sub2 = m.step(sub, b)
+            if sub2 is not None:
+                allowed = self._allowed(ins, ctr, flt)
+                if (allowed is None or allowed.has_prefix(sub2)) and (m.value(sub2) is NOTHING or m.extendable(sub2)):
+                    return True
+        return bool(self._step(core, b, flt))
+
+    def _follow(self, pc: int, ctr: tuple[int, ...]) -> frozenset[int]:
+        """Every byte that may start what is at ``pc`` (no filter): a value ends before a byte only if one of
+        these, so :meth:`_step` asks whether it may end only then."""
+        key = (pc, ctr)
+        hit = self._follows.get(key)
+        if hit is None:
+            out: set[int] = set()
+            for nxt in self._closure(pc, ctr):
+                sure, check = self._next(nxt)
+                out |= sure | check
+            if len(self._follows) > 200_000:
+                self._follows.clear()
+            hit = self._follows[key] = frozenset(out)
+        return hit
 
     def _next(self, core: Core) -> tuple[frozenset[int], frozenset[int]]:
         """Bytes that continue ``core`` without a filter: (sure under any filter, to check under a filter)."""
@@ -778,6 +811,12 @@ class Layout:
             return state, 0
         return State(frozenset({((pc, ctr, (sub[0] + data[:k], *core)), pending)})), k
 
+    def in_string(self, state: State, data: bytes, core: tuple[Any, ...]) -> State:
+        """For a state of :meth:`free_string`: the state after ``data``, which stays inside the string and ends in
+        ``core`` (what the string's token tables say, :meth:`.StringMasks.step`)."""
+        ((pc, ctr, sub), pending), = state.threads
+        return State(frozenset({((pc, ctr, (sub[0] + data, *core)), pending)}))
+
     def completed(self, state: State) -> tuple[Event, ...]:
         """The ``(pointer, value)`` of each field slot that became complete and certain in the advance into
         ``state``, in record order.
@@ -809,17 +848,20 @@ class Layout:
         """Whether the bytes so far are a whole record."""
         return self.finish(state, admissible=admissible) is not None
 
-    def allowed_next_bytes(self, state: State, *, admissible: Admissible | _Filter | None = None) -> frozenset[int]:
-        """Every byte ``b`` with ``advance(state, bytes([b]))`` not ``None``."""
+    def allowed_next_bytes(self, state: State, *, admissible: Admissible | _Filter | None = None,
+                           among: frozenset[int] | None = None) -> frozenset[int]:
+        """Every byte ``b`` with ``advance(state, bytes([b]))`` not ``None`` (only those of ``among``, where given:
+        the others are not checked)."""
         flt = self._flt(admissible)
         out: set[int] = set()
         for core in state.cores:
             sure, check = self._next(core)
-            out |= sure
+            out |= sure if among is None else sure & among
             if flt is None:
-                out |= check
+                out |= check if among is None else check & among
             else:
-                out.update(b for b in check - out if self._step(core, b, flt))
+                out.update(b for b in (check if among is None else check & among) - out
+                           if self._can_step(core, b, flt))
         return frozenset(out)
 
     def some_next_bytes(self, state: State, limit: int, *, admissible: Admissible | _Filter | None = None
@@ -841,7 +883,7 @@ class Layout:
             for b in sorted(check):
                 if b in out:
                     continue
-                if flt is None or self._step(core, b, flt):
+                if flt is None or self._can_step(core, b, flt):
                     out.add(b)
                     if len(out) >= limit:
                         return frozenset(out)

@@ -153,7 +153,12 @@ class _Liveness:
 
     def signature(self, t: CoreTable, n: int) -> _Signature:
         """Which of ``t``'s groups and closing tokens the lengths admit after ``n`` characters."""
-        n = min(n, self.lo) if self.hi is None else min(n, self.hi + 1)
+        if self.hi is None:
+            n = min(n, self.lo)
+        else:
+            n = min(n, self.hi + 1)
+            if self.lo <= n and n + t.kmax <= self.b1:
+                n = self.lo  # every n + k of the table lies in the band where no answer changes
         sig = t.sigs.get((self, n))
         if sig is None:
             with self.tables.lock:
@@ -234,6 +239,29 @@ class StringMasks:
         else:
             t.rows.move_to_end(sig.key_in)
         return row
+
+    def step(self, sub: tuple[Any, ...], token: int) -> tuple[Any, ...] | None:
+        """The core ``(1, pattern state, length, pending)`` after ``token`` from ``sub`` when the token stays
+        inside the string and the lengths admit it: one lookup in the table, no byte stepping. ``None`` for any
+        other token (one that closes the string, or is not admitted: the caller steps its bytes)."""
+        _, _, s, n, pending = sub
+        tables = self.tables
+        t = tables.table(tables.core(s, pending))
+        g_of = t.group_of_id
+        if g_of is None:
+            with tables.lock:
+                g_of = t.group_of_id
+                if g_of is None:
+                    g_of = np.full(tables.words * 32, len(t.g_cnt), dtype=np.int32)
+                    g_of[tables.index.ids[t.in_pos]] = np.repeat(np.arange(len(t.g_cnt), dtype=np.int32), t.g_cnt)
+                    t.group_of_id = g_of
+        if not 0 <= token < len(g_of):
+            return None
+        g = int(g_of[token])
+        if g >= len(t.g_cnt) or not self.live.signature(t, n).adm[g]:
+            return None
+        s2, pending2 = t.ends[t.g_end[g]]
+        return (1, s2, n + int(t.g_k[g]), pending2)
 
     def row(self, sub: tuple[Any, ...], place: Hashable, closing: Closing) -> np.ndarray:
         """The packed mask row (int32, XGrammar's layout) at ``sub``, a sub-state inside the string (read only)."""

@@ -117,6 +117,8 @@ class CoreTable:
         self.in_pos, self.g_end, self.g_k, self.g_cnt = in_pos, g_end, g_k, g_cnt
         self.ex_pos, self.ex_end, self.ex_k, self.ex_rest, self.rests = ex_pos, ex_end, ex_k, ex_rest, rests
         self.ends, self.partials = ends, partials
+        #: the most characters one token adds (a signature is the same wherever lengths cannot tell ``n`` apart)
+        self.kmax = max(int(g_k.max()) if len(g_k) else 0, int(ex_k.max()) if len(ex_k) else 0)
         # what the masks keep per table (:mod:`.strings`): classes per liveness, signatures, packed rows
         self.lams: dict[Any, tuple[np.ndarray, np.ndarray]] = {}
         self.sigs: dict[Any, Any] = {}
