@@ -366,7 +366,8 @@ class Decoder:
                 parts.append(self._string_positions(fs, st, lo, hi, d, ctx, flt))
                 continue
             f = flt(ctx)
-            for b in sorted(layout.allowed_next_bytes(st, admissible=f, among=index.next_bytes(lo, hi, d))):
+            among = index.next_bytes(lo, hi, d) if hi - lo <= 4096 else None  # a wide node: most bytes have tokens
+            for b in sorted(layout.allowed_next_bytes(st, admissible=f, among=among)):
                 a, z = index.span(prefix + bytes((b,)), lo, hi)
                 if a >= z:
                     continue
