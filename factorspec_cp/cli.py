@@ -305,6 +305,9 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--ngram", default=None, help="generate (ngram:N:K) / serve (MIN:MAX:K): the n-gram shape to "
                    "use instead of searching it")
     b.add_argument("--unconstrained", type=int, default=20, help="generate: problems run without masks")
+    b.add_argument("--objective", choices=["none", "gold", "both"], default="none",
+                   help="generate: meeting and calendar declarations without the gold convention's objective, with "
+                        "it (suites meeting+gold, calendar+gold), or both")
     b.add_argument("--backends", default="sat,cpsat,csp")
     b.add_argument("--walks", type=int, default=10_000, help="walks: random decoder walks")
     b.add_argument("--engine", choices=["vllm"], default="vllm", help="serve: the server")
@@ -313,7 +316,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--concurrency", default="1,4,8", help="serve: requests in flight, comma-separated")
     b.add_argument("--workloads", default=None, help="serve: trip,calendar,meeting,tool-calls,trip+note")
     b.add_argument("--num-spec", type=int, default=32, help="serve: certain-run draft cap")
-    b.add_argument("--bench-note", default="", help="serve/masks: what else ran on the machine (goes in the report)")
+    b.add_argument("--bench-note", default="",
+                   help="serve/masks/generate: what else ran on the machine (goes in the report)")
     b.set_defaults(fn=cmd_bench)
     return ap
 

@@ -22,3 +22,16 @@ def test_bench_solve_tiny(tmp_path: Path) -> None:
         assert r["field_open_ms"]["n"] > 0 and 0 <= r["certain_share"] <= 1
     md = (tmp_path / "solve.md").read_text()
     assert "| trip-3 | sat |" in md and "skipped" in md
+
+
+def test_generate_problems_with_the_gold_objective() -> None:
+    """``bench generate --objective gold``'s suites: the declarations carry the convention, and each problem's gold
+    (with ``order`` on meeting entries) passes the workload's own checker, so gold match is measurable."""
+    from factorspec_cp.bench.generate import calendar_problems, meeting_problems
+    for plain, gold, added in ((meeting_problems(2), meeting_problems(2, objective="gold"), True),
+                               (calendar_problems(3), calendar_problems(3, objective="gold"), False)):
+        for p, q in zip(plain, gold):
+            # the convention's levels are added (calendar: only where the prompt asks for the earliest slot)
+            assert len(q.spec.objectives) > len(p.spec.objectives) or not added, p.key
+            assert q.check(q.gold) == [], q.key
+    assert all("order" in e for e in meeting_problems(1, objective="gold")[0].gold["meetings"])
