@@ -47,12 +47,12 @@ def _problem(doc: Any, name: str) -> tuple[Any, str | None]:
     return doc, None
 
 
-def _spec(doc: Any, name: str) -> tuple[Spec, str | None]:
+def _spec(doc: Any, name: str, strict: bool = False) -> tuple[Spec, str | None]:
     """The spec and prompt of a declaration or problem file; in a problem file, an error's JSON Pointer is into the
     file (``#/declaration/...``), not into the declaration alone."""
     declaration, prompt = _problem(doc, name)
     try:
-        return Spec.from_json(declaration), prompt
+        return Spec.from_json(declaration, strict=strict), prompt
     except DeclarationError as e:
         if declaration is not doc and e.pointer is not None and e.pointer.startswith("#"):
             e.pointer = "#/declaration" + e.pointer[1:]
@@ -60,9 +60,9 @@ def _spec(doc: Any, name: str) -> tuple[Spec, str | None]:
         raise
 
 
-def _load(path: str | None) -> tuple[Spec, str]:
+def _load(path: str | None, strict: bool = False) -> tuple[Spec, str]:
     doc, name = _read(path)
-    return _spec(doc, name)[0], name
+    return _spec(doc, name, strict)[0], name
 
 
 def _explanation_json(expl: Any) -> dict[str, Any]:
@@ -96,10 +96,11 @@ def _domain(values: Sequence[Any], limit: int = 12) -> str:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    spec, name = _load(args.declaration)
+    spec, name = _load(args.declaration, strict=getattr(args, "strict", False))
     graph = spec.graph
     report: dict[str, Any] = {"declaration": name, "fields": {}, "free_fields": list(spec.compiled.free),
-                              "relations": [], "problems": []}
+                              "relations": [], "problems": [],
+                              "ignored": [{"pointer": p, "keyword": k} for p, k in spec.ignored]}
     for p, f in spec.fields.items():
         report["fields"][p] = {"size": f.size, "kind": f.kind, "domain": list(f.values[:20])}
     for fac, inst in zip(graph.factors, spec.instances):
@@ -127,6 +128,9 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(f"  field {p}: {f.kind} {_domain(list(f.values))}")
         for p in spec.compiled.free:
             print(f"  free  {p}")
+        if spec.ignored:
+            shown = ", ".join(f"{k} at {p}" for p, k in spec.ignored[:20])
+            print(f"  ignored (they constrain nothing): {shown}{', ...' if len(spec.ignored) > 20 else ''}")
         for fac, inst in zip(graph.factors, spec.instances):
             rows = f", {fac.rows} rows" if fac.rows is not None else ""
             print(f"  {inst.describe()}  (space {fac.space}{rows})")
@@ -247,6 +251,8 @@ def parser() -> argparse.ArgumentParser:
         p.set_defaults(fn=fn)
         if name == "check":
             p.add_argument("--cap", type=int, default=1000, help="count solutions up to this many")
+            p.add_argument("--strict", action="store_true",
+                           help="refuse keywords that constrain nothing (by default: ignored, listed)")
         else:
             p.add_argument("--assign", action="append", default=[], metavar="PATH=VALUE",
                            help="assign a field first (VALUE is JSON, or a bare string)")

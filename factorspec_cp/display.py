@@ -38,7 +38,7 @@ from .relations import (
     Term,
     is_path,
 )
-from .schema import ANNOTATIONS, escape
+from .schema import ANNOTATIONS
 
 if TYPE_CHECKING:
     from .graph import FactorGraph
@@ -181,35 +181,11 @@ def objective_math(spec: Spec) -> str | None:
 
 
 def ignored_keywords(spec: Spec) -> list[tuple[str, str]]:
-    """The keywords of the schema that constrain nothing (annotations), as ``(JSON Pointer, keyword)``; the spec's
-    own ``ignored`` list where it has one."""
-    own = getattr(spec, "ignored", None)
-    if own is not None:
-        return [(str(p), str(k)) for p, k in own]
-    out: list[tuple[str, str]] = []
-
-    def walk(node: Any, at: str) -> None:
-        if not isinstance(node, dict):
-            return
-        for k, v in node.items():
-            here = f"{at}/{escape(k)}"
-            if k in ANNOTATIONS:
-                out.append((at or "#", k))
-            elif k in ("properties", "$defs", "definitions", "dependentSchemas", "patternProperties"):
-                if isinstance(v, dict):
-                    for name, sub in v.items():
-                        walk(sub, f"{here}/{escape(name)}")
-            elif k in ("items", "additionalProperties", "not", "if", "then", "else", "contains"):
-                walk(v, here)
-            elif k in ("anyOf", "oneOf", "allOf", "prefixItems") and isinstance(v, list):
-                for i, sub in enumerate(v):
-                    walk(sub, f"{here}/{i}")
-
-    walk(spec.schema, "#")
-    return out
+    """The keywords of the schema that constrain nothing (annotations, vendor keys), as ``(JSON Pointer, keyword)``:
+    ``spec.ignored``, what the schema compiler ignored."""
+    return [(str(p), str(k)) for p, k in spec.ignored]
 
 
-# -- HTML pieces ---------------------------------------------------------------------------------------------------
 def _e(x: Any) -> str:
     return html.escape(str(x), quote=True)
 

@@ -1,8 +1,10 @@
 """JSON Schema subset -> a tree of nodes, finite-domain fields and free fields, in record (layout) order.
 
-Strict: every keyword outside the supported subset raises :class:`UnsupportedKeyword` naming its JSON Pointer.
-Annotations (``title``, ``description``, ...) are accepted and ignored. Narrowing is allowed (a record we emit never
-carries properties beyond the declared ones, so ``additionalProperties`` may be absent or ``true``); weakening is not.
+Strict: every keyword that constrains values (:data:`ASSERTIONS`) and is outside the supported subset raises
+:class:`UnsupportedKeyword` naming its JSON Pointer. Keywords that constrain nothing (annotations such as ``title``,
+vendor keys, unknown words) are ignored and listed (``Spec.ignored``); ``strict=True`` refuses them. Narrowing is
+allowed (a record we emit never carries properties beyond the declared ones, so ``additionalProperties`` may be
+absent or ``true``); weakening is not.
 """
 
 from __future__ import annotations
@@ -13,11 +15,38 @@ from typing import Any, Union
 
 from .errors import DeclarationError, UnsupportedKeyword
 
-#: Keywords accepted and ignored everywhere: they do not constrain the value.
+#: JSON Schema's own annotations (drafts 4 to 2020-12): they constrain nothing, so like every keyword that constrains
+#: nothing they are ignored and listed on ``Spec.ignored`` (refused under ``strict=True``).
 ANNOTATIONS = frozenset(
     {"title", "description", "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly", "$schema",
-     "$id", "$anchor"}
+     "$id", "$anchor", "$dynamicAnchor", "$vocabulary", "contentEncoding", "contentMediaType", "contentSchema"}
 )
+#: JSON Schema keywords (drafts 4 to 2020-12) that constrain a value. One that is not supported at its place is
+#: refused with :class:`UnsupportedKeyword`, never weakened; every other keyword (an annotation, a vendor key such
+#: as ``esriDocumentation``, draft 4's ``id``, an unknown word: JSON Schema treats unknown keywords as annotations)
+#: is ignored and listed on ``Spec.ignored``, or refused under ``strict=True``.
+ASSERTIONS = frozenset(
+    {"type", "enum", "const", "multipleOf", "maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum",
+     "maxLength", "minLength", "pattern", "maxItems", "minItems", "uniqueItems", "maxContains", "minContains",
+     "maxProperties", "minProperties", "required", "dependentRequired", "dependencies", "dependentSchemas",
+     "properties", "patternProperties", "additionalProperties", "propertyNames", "unevaluatedProperties", "items",
+     "prefixItems", "additionalItems", "unevaluatedItems", "contains", "allOf", "anyOf", "oneOf", "not", "if",
+     "then", "else", "$ref", "$dynamicRef", "$recursiveRef", "$recursiveAnchor", "format"}
+)
+#: The ``format`` names JSON Schema defines: each constrains strings (none is enforced yet, so each is refused).
+#: A ``format`` naming anything else constrains nothing (an annotation) and is ignored like one.
+KNOWN_FORMATS = frozenset(
+    {"date-time", "date", "time", "duration", "email", "idn-email", "hostname", "idn-hostname", "ipv4", "ipv6",
+     "uri", "uri-reference", "iri", "iri-reference", "uuid", "uri-template", "json-pointer",
+     "relative-json-pointer", "regex"}
+)
+
+
+def constrains(key: str, value: Any) -> bool:
+    """Whether keyword ``key`` (with ``value``) constrains the value it sits on (see :data:`ASSERTIONS`)."""
+    if key == "format":
+        return isinstance(value, str) and value in KNOWN_FORMATS
+    return key in ASSERTIONS
 #: Largest integer range enumerated as a finite domain.
 MAX_DOMAIN = 1_000_000
 
@@ -167,13 +196,15 @@ Node = Union[Leaf, ObjectNode, ArrayNode, UnionNode]
 
 
 class CompiledSchema:
-    """The schema as nodes, with lookup tables by JSON Pointer."""
+    """The schema as nodes, with lookup tables by JSON Pointer, and the keywords ignored (they constrain nothing)."""
 
-    def __init__(self, root: Node, fields: dict[str, Field], free: dict[str, FreeField], nodes: dict[str, Node]):
+    def __init__(self, root: Node, fields: dict[str, Field], free: dict[str, FreeField], nodes: dict[str, Node],
+                 ignored: list[tuple[str, str]] | None = None):
         self.root = root
         self.fields = fields  # every finite-domain leaf, record order
         self.free = free
         self.nodes = nodes
+        self.ignored = ignored or []  # (JSON Pointer of the schema, keyword), in the order met
 
     def suggest(self, pointer: str) -> str | None:
         close = difflib.get_close_matches(pointer, list(self.nodes), n=3, cutoff=0.6)
@@ -188,8 +219,10 @@ _NUMBER_KEYS = {"type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaxi
 
 
 class _Compiler:
-    def __init__(self, doc: dict[str, Any]):
+    def __init__(self, doc: dict[str, Any], strict: bool = False):
         self.doc = doc
+        self.strict = strict
+        self.ignored: dict[tuple[str, str], None] = {}
         self.defs: dict[str, Any] = {}
         for key in ("$defs", "definitions"):
             if key in doc:
@@ -205,14 +238,25 @@ class _Compiler:
     # -- helpers --------------------------------------------------------------------------------------------------
     def _check_keys(self, schema: dict[str, Any], allowed: set[str], where: str) -> None:
         for key in schema:
-            if key in allowed or key in ANNOTATIONS or key in ("$defs", "definitions"):
+            if key in allowed or key in ("$defs", "definitions"):
                 continue
             if key == "x-factorspec" and where == "#":
                 continue
+            if constrains(key, schema[key]):
+                raise UnsupportedKeyword(
+                    f"keyword {key!r} is not supported here", pointer=f"{where}/{escape(key)}", found=schema[key],
+                    hint=f"supported at this place: {', '.join(sorted(allowed))} (keywords that constrain nothing "
+                         "are ignored)")
+            self._ignore(where, key, schema[key])
+
+    def _ignore(self, where: str, key: str, value: Any) -> None:
+        """Keyword ``key`` of the schema at ``where`` constrains nothing: listed, or refused under ``strict``."""
+        if self.strict:
             raise UnsupportedKeyword(
-                f"keyword {key!r} is not supported here", pointer=f"{where}/{escape(key)}", found=schema[key],
-                hint=f"supported at this place: {', '.join(sorted(allowed))} (annotations are ignored)",
-            )
+                f"keyword {key!r} constrains nothing, and strict=True refuses what it would ignore",
+                pointer=f"{where}/{escape(key)}", found=value,
+                hint="drop it, or compile without strict=True: it is then ignored and listed on spec.ignored")
+        self.ignored[(where, key)] = None
 
     def _resolve(self, schema: Any, where: str) -> tuple[dict[str, Any], str]:
         if not isinstance(schema, dict):
@@ -222,10 +266,13 @@ class _Compiler:
             raise DeclarationError("a schema must be an object", pointer=where, found=schema)
         while "$ref" in schema:
             ref = schema["$ref"]
-            others = set(schema) - {"$ref", "$defs", "definitions"} - ANNOTATIONS
-            if others:
+            others = sorted(k for k in schema if k not in ("$ref", "$defs", "definitions"))
+            if any(constrains(k, schema[k]) for k in others):
                 raise UnsupportedKeyword("keywords beside $ref are not supported", pointer=where,
-                                         found=sorted(others), hint="move them into the referenced definition")
+                                         found=[k for k in others if constrains(k, schema[k])],
+                                         hint="move them into the referenced definition")
+            for k in others:
+                self._ignore(where, k, schema[k])
             if ref not in self.defs:
                 raise UnsupportedKeyword(f"$ref {ref!r} is not a local definition", pointer=f"{where}/$ref",
                                          found=ref, hint="only #/$defs/NAME and #/definitions/NAME are supported")
@@ -450,10 +497,12 @@ def _ceil(x: float) -> int:
     return -int((-x) // 1)
 
 
-def compile_schema(doc: dict[str, Any]) -> CompiledSchema:
-    """Compile a JSON Schema document (the root of a declaration) into nodes and fields."""
+def compile_schema(doc: dict[str, Any], *, strict: bool = False) -> CompiledSchema:
+    """Compile a JSON Schema document (the root of a declaration) into nodes and fields. Keywords that constrain
+    nothing are ignored and listed on the result's ``ignored``; ``strict=True`` refuses them (see
+    :data:`ASSERTIONS`)."""
     if not isinstance(doc, dict):
         raise DeclarationError("a declaration must be a JSON object (a JSON Schema)", pointer="#", found=doc)
-    c = _Compiler(doc)
+    c = _Compiler(doc, strict)
     root = c.node(doc, "", "#", False)
-    return CompiledSchema(root, c.fields, c.free, c.nodes)
+    return CompiledSchema(root, c.fields, c.free, c.nodes, list(c.ignored))

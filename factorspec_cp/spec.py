@@ -110,10 +110,14 @@ class Spec:
         held at their optima. ``objective`` (the attribute) is the first level, ``objectives`` all of them.
     table_budget
         Largest table (rows) accepted; ``None`` keeps the default (100,000) and is not written back.
+    strict
+        Refuse keywords that constrain nothing (annotations, vendor keys, unknown words); by default they are
+        ignored and listed on ``ignored``. Keywords that constrain values are enforced exactly or refused, always.
     """
 
     def __init__(self, schema: Mapping[str, Any], relations: Sequence[Relation] = (), *,
-                 objective: Objective | Sequence[Objective] | None = None, table_budget: int | None = None):
+                 objective: Objective | Sequence[Objective] | None = None, table_budget: int | None = None,
+                 strict: bool = False):
         if not isinstance(schema, Mapping):
             raise DeclarationError("a declaration's schema must be a JSON object", pointer="#", found=schema,
                                    hint='boolean schemas have no layout; write {"type": ...}')
@@ -138,7 +142,10 @@ class Spec:
                                          or table_budget < 1):
             raise DeclarationError("table_budget must be a positive integer", pointer="#/x-factorspec/table_budget",
                                    found=table_budget)
-        self.compiled = compile_schema(self.schema)
+        self.compiled = compile_schema(self.schema, strict=strict)
+        #: the schema's keywords that constrain nothing, as (JSON Pointer of their schema, keyword): ignored (empty
+        #: under ``strict=True``, which refuses them)
+        self.ignored: list[tuple[str, str]] = list(self.compiled.ignored)
         #: every always-present finite-domain field, in record order
         self.fields: dict[str, Field] = {p: f for p, f in self.compiled.fields.items() if not f.conditional}
         self.instances: list[Instance] = []
@@ -161,8 +168,10 @@ class Spec:
 
     # -- construction ----------------------------------------------------------------------------------------------
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> Spec:
-        """Build from the JSON form: a JSON Schema whose root may carry ``x-factorspec``."""
+    def from_json(cls, doc: Mapping[str, Any], *, strict: bool = False) -> Spec:
+        """Build from the JSON form: a JSON Schema whose root may carry ``x-factorspec``. Keywords that constrain
+        nothing (annotations such as ``title``, vendor keys, draft 4's ``id``, misspellings) are ignored and listed
+        on ``ignored``; ``strict=True`` refuses them with :class:`UnsupportedKeyword`."""
         if not isinstance(doc, Mapping):
             raise DeclarationError("a declaration must be a JSON object", pointer="#", found=doc)
         x = doc.get("x-factorspec", {})
@@ -183,7 +192,7 @@ class Spec:
                 objective = [Objective.from_json(o, f"{where}/{k}") for k, o in enumerate(x["objective"])]
             else:
                 objective = Objective.from_json(x["objective"], where)
-        return cls(doc, relations, objective=objective, table_budget=x.get("table_budget"))
+        return cls(doc, relations, objective=objective, table_budget=x.get("table_budget"), strict=strict)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form; ``Spec.from_json(doc).to_json() == doc``."""

@@ -109,3 +109,18 @@ def test_problem_file_errors_point_into_the_file(tmp_path: Path, capsys) -> None
     for command in (["check", str(bad)], ["explain", str(bad)], ["generate", str(bad)]):
         assert main(command) == 2, command
         assert "#/declaration/properties/a/format" in capsys.readouterr().err
+
+
+def test_check_lists_ignored_keywords_and_strict_refuses_them(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    doc = {"type": "object", "esriDocumentation": {"x": 1}, "required": ["a"],
+           "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 2, "example": 1}}}
+    f = tmp_path / "d.json"
+    f.write_text(json.dumps(doc))
+    assert main(["check", str(f)]) == 0
+    out = capsys.readouterr().out
+    assert "ignored (they constrain nothing): esriDocumentation at #, example at #/properties/a" in out
+    assert main(["check", str(f), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ignored"] == [
+        {"pointer": "#", "keyword": "esriDocumentation"}, {"pointer": "#/properties/a", "keyword": "example"}]
+    assert main(["check", str(f), "--strict"]) == 2
+    assert "#/esriDocumentation" in capsys.readouterr().err

@@ -453,6 +453,30 @@ def test_annotations_are_ignored() -> None:
     assert list(rich.free) == list(plain.free)
 
 
+def test_ignored_keywords_are_listed_with_their_pointers_and_refused_when_strict() -> None:
+    """The keyword policy: keywords that constrain nothing (annotations, vendor keys, draft 4's ``id``, a format
+    JSON Schema does not define, keys beside a ``$ref``) compile to the same layout as without them, each listed
+    once with the pointer of its schema; ``strict=True`` refuses the first one met."""
+    schema = {"$defs": {"S": {**STOP, "x-note": 1}},
+              **obj({"a": {"$ref": "#/$defs/S", "description": "beside the ref"},
+                     "b": {"$ref": "#/$defs/S"},
+                     "n": {"type": "string", "format": "my-format", "esriDocumentation": {}}}, ["a", "b", "n"]),
+              "id": "urn:draft4"}
+    plain = {"$defs": {"S": STOP}, **obj({"a": {"$ref": "#/$defs/S"}, "b": {"$ref": "#/$defs/S"},
+                                          "n": {"type": "string"}}, ["a", "b", "n"])}
+    got, want = compile_schema(schema), compile_schema(plain)
+    assert domains(got) == domains(want) and list(got.free) == list(want.free)
+    assert sorted(got.ignored) == sorted([("#", "id"), ("#/properties/a", "description"), ("#/$defs/S", "x-note"),
+                                          ("#/properties/n", "format"), ("#/properties/n", "esriDocumentation")])
+    assert not want.ignored
+    with pytest.raises(UnsupportedKeyword) as info:
+        compile_schema(schema, strict=True)
+    assert info.value.pointer is not None and info.value.pointer.rsplit("/", 1)[-1] in {
+        "id", "description", "x-note", "format", "esriDocumentation"}
+    with pytest.raises(UnsupportedKeyword):  # a constraining keyword beside a $ref is refused, strict or not
+        compile_schema(obj({"a": {"$ref": "#/$defs/S", "minimum": 1}}) | {"$defs": {"S": STOP}})
+
+
 # -- JSON Pointer escaping ------------------------------------------------------------------------------------------
 
 def test_property_names_with_slash_and_tilde() -> None:

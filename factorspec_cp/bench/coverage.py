@@ -127,7 +127,7 @@ def refusal_reason(e: DeclarationError) -> str:
     msg = e.message
     m = re.fullmatch(r"keyword '(.*)' is not supported here", msg)
     if m:
-        beside = re.fullmatch(r"supported at this place: (anyOf|oneOf) \(annotations are ignored\)", e.hint or "")
+        beside = re.match(r"supported at this place: (anyOf|oneOf) \(", e.hint or "")
         return f"keyword '{m.group(1)}'" + (f" beside {beside.group(1)}" if beside else "")
     m = re.fullmatch(r"type '(.*)' is not supported", msg)
     if m:
