@@ -326,8 +326,23 @@ class _Compiler:
             self._check_keys(schema, {"type"}, where)
             return self._leaf(Field(pointer, (None,), "null", conditional))
         if typ == "string":
-            self._check_keys(schema, _STRING_KEYS, where)
-            return self._leaf(FreeField(pointer, dict(schema), conditional))
+            self._check_keys(schema, _STRING_KEYS | {"format"}, where)
+            fmt = schema.get("format")
+            if fmt is not None and constrains("format", fmt):
+                from .tokenmap.freeslot import FORMATS
+                if fmt not in FORMATS:
+                    raise UnsupportedKeyword("keyword 'format' is not supported here", pointer=f"{where}/format",
+                                             found=fmt, hint=f"supported formats: {', '.join(sorted(FORMATS))}")
+                if "pattern" in schema:
+                    raise UnsupportedKeyword("pattern beside format is not supported", pointer=f"{where}/pattern",
+                                             found={"pattern": schema["pattern"], "format": fmt},
+                                             hint="keep one of them")
+                sub = dict(schema)
+            else:
+                if fmt is not None:
+                    self._ignore(where, "format", fmt)  # a format JSON Schema does not define: an annotation
+                sub = {k: v for k, v in schema.items() if k != "format"}
+            return self._leaf(FreeField(pointer, sub, conditional))
         if typ == "number":
             self._check_keys(schema, _NUMBER_KEYS, where)
             return self._leaf(FreeField(pointer, dict(schema), conditional))

@@ -204,7 +204,7 @@ def test_ecma_regex() -> None:
 
 def test_refusal_reason() -> None:
     with pytest.raises(UnsupportedKeyword) as e:
-        Spec({"type": "string", "format": "date"})
+        Spec({"type": "string", "format": "ipv6"})
     assert cov.refusal_reason(e.value) == "keyword 'format'"
     with pytest.raises(UnsupportedKeyword) as e:
         Spec({"type": "object", "anyOf": [{"type": "object"}]})

@@ -432,18 +432,44 @@ def _search_regex(pattern: str) -> str:
     return "|".join(out)
 
 
-class _Dfa:
-    """A pattern's automaton over characters: classes of characters, transitions, and length-aware liveness."""
+_D2 = "[0-9]{2}"
+_YEAR = "(?:[1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])"  # 0001-9999 (Python's dates have no year 0)
+_LEAP = "(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)"
+_DATE = (f"(?:{_YEAR}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)"
+         f"|02-(?:0[1-9]|1[0-9]|2[0-8]))|{_LEAP}-02-29)")
+_TIME = "(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]+)?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+_OCTET = "(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+_LABEL = "[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+#: ``format`` values enforced exactly, each as a full-match regular expression of the strings it admits: the
+#: format's own grammar, narrowed where noted (narrowing is allowed: every string admitted is valid). ``date``
+#: checks the calendar (no 2020-02-30; 29 February in leap years only) and starts at year 0001; ``time`` and
+#: ``date-time`` are RFC 3339 with ``T``/``Z`` upper case and no leap second; ``uuid`` is lower case hex; ``ipv4`` is
+#: dotted decimal without leading zeros; ``email`` is a dot-atom local part of letters, digits and ``_%+-`` at a
+#: domain of two or more labels. Other formats JSON Schema defines are refused.
+FORMATS: dict[str, str] = {
+    "date": _DATE,
+    "time": _TIME,
+    "date-time": f"{_DATE}T{_TIME}",
+    "uuid": "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+    "ipv4": f"{_OCTET}(?:\\.{_OCTET}){{3}}",
+    "email": f"[A-Za-z0-9_%+-]+(?:\\.[A-Za-z0-9_%+-]+)*@{_LABEL}(?:\\.{_LABEL})+",
+}
 
-    def __init__(self, pattern: str | None, pointer: str, min_len: int, max_len: int | None):
+
+class _Dfa:
+    """A pattern's automaton over characters: classes of characters, transitions, and length-aware liveness.
+    ``full`` (a format's expression, :data:`FORMATS`) is matched whole, instead of ``pattern``'s search."""
+
+    def __init__(self, pattern: str | None, pointer: str, min_len: int, max_len: int | None,
+                 full: str | None = None):
         self.min_len, self.max_len = min_len, max_len
-        self.patterned = pattern is not None
+        self.patterned = pattern is not None or full is not None
         #: the characters content may use: every scalar value, or ASCII where the pattern's classes and Python's
         #: differ beyond it (negated \D \W \S, inline flags)
         self.ascii = pattern is not None and bool(
             re.search(r"\\[DWS]", pattern) or ("[^" in pattern and re.search(r"\\[dws]", pattern)) or "(?" in
             pattern.replace("(?:", ""))
-        if pattern is None:
+        if pattern is None and full is None:
             self.initial: Any = 0
             self.finals: frozenset[Any] = frozenset({0})
             self.explicit: dict[str, Any] = {}
@@ -453,7 +479,7 @@ class _Dfa:
             from interegular.fsm import anything_else
 
             try:
-                fsm = interegular.parse_pattern(_search_regex(pattern)).to_fsm()
+                fsm = interegular.parse_pattern(full if full is not None else _search_regex(pattern)).to_fsm()
             except Exception as exc:  # interegular raises several types for unsupported syntax
                 raise UnsupportedKeyword(f"pattern is not supported: {exc}", pointer=f"{pointer}/pattern",
                                          found=pattern,
@@ -577,7 +603,12 @@ class StringSlot:
         pattern = schema.get("pattern")
         if pattern is not None and not isinstance(pattern, str):
             raise DeclarationError("pattern must be a string", pointer=f"{pointer}/pattern", found=pattern)
-        key = (pattern, schema.get("minLength", 0), schema.get("maxLength"))
+        fmt = schema.get("format")
+        full = FORMATS.get(fmt) if isinstance(fmt, str) else None
+        if full is not None and pattern is not None:
+            raise UnsupportedKeyword("pattern beside format is not supported", pointer=f"{pointer}/pattern",
+                                     found={"pattern": pattern, "format": fmt}, hint="keep one of them")
+        key = (pattern, full, schema.get("minLength", 0), schema.get("maxLength"))
         with _MACHINES_LOCK:
             shared = _MACHINES.get(key)
             if shared is not None:
@@ -586,7 +617,7 @@ class StringSlot:
             self.dfa, self._tables, self._nexts, self._step, self._next = (
                 shared.dfa, shared._tables, shared._nexts, shared._step, shared._next)
         else:
-            self.dfa = _Dfa(pattern, pointer, schema.get("minLength", 0), schema.get("maxLength"))
+            self.dfa = _Dfa(pattern, pointer, schema.get("minLength", 0), schema.get("maxLength"), full)
             self._tables: dict[bytes, dict[int, tuple[str, Any, Any]]] = {}
             self._nexts: dict[tuple[bytes, frozenset[Any], bool], frozenset[int]] = {}
             self._step = lru_cache(maxsize=1 << 16)(self._step_core)
