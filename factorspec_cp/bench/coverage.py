@@ -450,7 +450,7 @@ def validator_for(doc: Any, draft: str | None) -> Any:
     import jsonschema
     default = jsonschema.Draft7Validator if draft == "draft7" else jsonschema.Draft202012Validator
     cls = jsonschema.validators.validator_for(doc, default=default) if isinstance(doc, dict) else default
-    return cls(doc)
+    return cls(doc, format_checker=cls.FORMAT_CHECKER)  # formats asserted: the ones we compile are enforced
 
 
 # ------------------------------------------------------------------------------------------------------- one schema
