@@ -475,24 +475,32 @@ class Decoder:
         frame = self._frames[-1]
         if frame.plan is None:
             t = time.perf_counter()
-            key = (frame.state, self._key())
-            plan = self._c.plans.get(key)
-            if plan is None:
-                plan = _remember(self._c.plans, key, self._compute_plan(frame.state), 4096)
-            frame.plan = plan
+            if self._free_choice(frame.state):
+                frame.plan = ()  # not kept in the cache: a long string's states would crowd the others out
+            else:
+                key = (frame.state, self._key())
+                plan = self._c.plans.get(key)
+                if plan is None:
+                    plan = _remember(self._c.plans, key, self._compute_plan(frame.state), 4096)
+                frame.plan = plan
             self.stats.plan_seconds += time.perf_counter() - t
         return frame.plan
+
+    def _free_choice(self, state: State) -> bool:
+        """Whether ``state`` is inside a free string with two next bytes that stay inside it (nothing certain)."""
+        fs = self.layout.free_string(state)
+        if fs is None:
+            return False
+        nb = fs[0].next_bytes(fs[1])
+        return len(nb) - (0x22 in nb) > 1
 
     def _compute_plan(self, state: State) -> tuple[_Step, ...]:
         """The canonical tokens of the bytes every valid continuation starts with, stopped before a token that
         could merge with what follows; EOS after them when the record then ends. Each step keeps the state after
         it, so taking a planned token costs no matching."""
         layout, index = self.layout, self._c.index
-        fs = layout.free_string(state)
-        if fs is not None:
-            nb = fs[0].next_bytes(fs[1])
-            if len(nb) - (0x22 in nb) > 1:
-                return ()  # inside a free string, two bytes that stay inside it: nothing is certain
+        if self._free_choice(state):
+            return ()  # inside a free string, two bytes that stay inside it: nothing is certain
         eos = self.vocab.eos_token_ids
         # the forced bytes, each value completed on the way conditioning what follows it
         ctx: tuple[Any, ...] = ()
