@@ -22,7 +22,6 @@ from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Iterator
 from fractions import Fraction
-from functools import lru_cache
 from typing import Any, Union
 
 from ..errors import DeclarationError, UnsupportedKeyword
@@ -584,6 +583,7 @@ class _Dfa:
 #: string automata and their step memos by (pattern, minLength, maxLength), shared by equal slots of different
 #: declarations (every request of a server compiles its own): the memos depend on nothing else
 _MACHINES: OrderedDict[tuple[Any, ...], StringSlot] = OrderedDict()
+_MISS = object()
 _MACHINES_LOCK = threading.Lock()
 
 
@@ -614,14 +614,12 @@ class StringSlot:
             if shared is not None:
                 _MACHINES.move_to_end(key)
         if shared is not None:  # an equal string seen before (another request's declaration): share its memos
-            self.dfa, self._tables, self._nexts, self._step, self._next = (
-                shared.dfa, shared._tables, shared._nexts, shared._step, shared._next)
+            self.dfa, self._tables, self._nexts, self._moves = shared.dfa, shared._tables, shared._nexts, shared._moves
         else:
             self.dfa = _Dfa(pattern, pointer, schema.get("minLength", 0), schema.get("maxLength"), full)
             self._tables: dict[bytes, dict[int, tuple[str, Any, Any]]] = {}
             self._nexts: dict[tuple[bytes, frozenset[Any], bool], frozenset[int]] = {}
-            self._step = lru_cache(maxsize=1 << 16)(self._step_core)
-            self._next = lru_cache(maxsize=1 << 14)(self._next_core)
+            self._moves: dict[tuple[Any, ...], tuple[int, Any, int, bytes] | None] = {}
             with _MACHINES_LOCK:
                 _MACHINES[key] = self
                 if len(_MACHINES) > 256:
@@ -665,22 +663,38 @@ class StringSlot:
                 entry = ("partial", dfa.classes_in(ranges), p)
         return entry if entry is not None and (entry[0] != "partial" or entry[1]) else None
 
-    def _step_core(self, core: tuple[int, Any, int, bytes], b: int) -> tuple[int, Any, int, bytes] | None:
+    def _step(self, core: tuple[int, Any, int, bytes], b: int) -> tuple[int, Any, int, bytes] | None:
+        """The core after byte ``b``. Memoized without the length: by what the answer depends on (pattern state,
+        pending bytes, the byte, the length's band for liveness and whether the string may end), so the memo of a
+        long string, shared by every equal slot, stays as small as its automaton."""
         phase, s, n, pending = core
         if phase == 0:
             return (1, s, n, b"") if b == 0x22 and self.dfa.live(s, n) else None
         if phase != 1:
             return None
+        key = (s, pending, b, self.dfa._band(n + 1), n >= self.dfa.min_len)
+        move = self._moves.get(key, _MISS)
+        if move is _MISS:
+            if len(self._moves) > 1 << 20:
+                self._moves.clear()
+            move = self._moves[key] = self._step_core((phase, s, n, pending), b)
+        if move is None:
+            return None
+        return (move[0], move[1], n + move[2], move[3])  # type: ignore[index]
+
+    def _step_core(self, core: tuple[int, Any, int, bytes], b: int) -> tuple[int, Any, int, bytes] | None:
+        """:meth:`_step`'s answer with the characters it adds (0 or 1) in place of the length."""
+        phase, s, n, pending = core
         entry = self._table(pending).get(b)
         if entry is None:
             return None
         kind, cls, nxt = entry
         if kind == "close":
-            return (2, s, n, b"") if s in self.dfa.finals and n >= self.dfa.min_len else None
+            return (2, s, 0, b"") if s in self.dfa.finals and n >= self.dfa.min_len else None
         live = self.dfa.live_classes(s, n)
         if kind == "char":
-            return (1, self.dfa.trans[s][cls], n + 1, b"") if cls in live else None
-        return (1, s, n, nxt) if cls & live else None
+            return (1, self.dfa.trans[s][cls], 1, b"") if cls in live else None
+        return (1, s, 0, nxt) if cls & live else None
 
     def step(self, sub: tuple[Any, ...], byte: int) -> tuple[Any, ...] | None:
         new = self._step(sub[1:], byte)
@@ -710,7 +724,7 @@ class StringSlot:
         return out
 
     def next_bytes(self, sub: tuple[Any, ...]) -> frozenset[int]:
-        return self._next(sub[1:])  # type: ignore[no-any-return]
+        return self._next_core(sub[1:])
 
     def typed(self, sub: tuple[Any, ...]) -> bytes:
         return sub[0]  # type: ignore[no-any-return]

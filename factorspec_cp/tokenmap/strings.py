@@ -64,6 +64,16 @@ def _pack_ids(ids: np.ndarray, words: int) -> np.ndarray:
     return np.packbits(bits, bitorder="little").view("<i4")
 
 
+def _group_of_id(t: CoreTable, tables: StringTables) -> np.ndarray:
+    """Per token id, its group in ``t`` (``len(t.g_cnt)`` where it has none), in the narrowest integer type: one
+    such array per table, a byte per token id for a table of fewer than 255 groups."""
+    n = len(t.g_cnt)
+    dtype = np.uint8 if n < 255 else np.uint16 if n < 65535 else np.int32
+    g = np.full(tables.words * 32, n, dtype=dtype)
+    g[tables.index.ids[t.in_pos]] = np.repeat(np.arange(n, dtype=dtype), t.g_cnt)
+    return g
+
+
 class _Signature:
     """Which groups and closing tokens of a table the lengths admit after ``n`` characters."""
 
@@ -231,9 +241,7 @@ class StringMasks:
                     row = _pack_ids(index.ids[t.in_pos], words)
                 else:
                     if t.group_of_id is None:
-                        g = np.full(words * 32, len(t.g_cnt), dtype=np.int32)
-                        g[index.ids[t.in_pos]] = np.repeat(np.arange(len(t.g_cnt), dtype=np.int32), t.g_cnt)
-                        t.group_of_id = g
+                        t.group_of_id = _group_of_id(t, self.tables)
                     row = np.packbits(np.r_[sig.adm, False][t.group_of_id], bitorder="little").view("<i4")
                 remember(t.rows, sig.key_in, row, 64)
         else:
@@ -252,9 +260,7 @@ class StringMasks:
             with tables.lock:
                 g_of = t.group_of_id
                 if g_of is None:
-                    g_of = np.full(tables.words * 32, len(t.g_cnt), dtype=np.int32)
-                    g_of[tables.index.ids[t.in_pos]] = np.repeat(np.arange(len(t.g_cnt), dtype=np.int32), t.g_cnt)
-                    t.group_of_id = g_of
+                    g_of = t.group_of_id = _group_of_id(t, tables)
         if not 0 <= token < len(g_of):
             return None
         g = int(g_of[token])
