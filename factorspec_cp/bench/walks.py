@@ -82,7 +82,7 @@ class Workload:
 
     def spec(self, k: int) -> Spec:
         if k not in self._specs:
-            if len(self._specs) > 64:
+            if len(self._specs) >= 8:  # each keeps its decoders' caches (up to 2,048 mask rows per vocabulary)
                 self._specs.clear()
             self._specs[k] = self._spec(self.items[k])
         return self._specs[k]
