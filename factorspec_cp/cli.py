@@ -287,7 +287,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("extra", nargs=argparse.REMAINDER, help="after --: more `vllm serve` arguments")
     s.set_defaults(fn=cmd_serve)
     b = sub.add_parser("bench", help="benchmarks; results under benchmarks/")
-    b.add_argument("suite", choices=["solve", "coverage", "walks", "masks", "generate", "serve"])
+    b.add_argument("suite", choices=["solve", "coverage", "walks", "masks", "generate", "serve", "fuzz"])
     b.add_argument("--samples", type=int, default=3, help="coverage: random records per compiled schema")
     b.add_argument("--seed", type=int, default=0, help="coverage: seed of the random records")
     b.add_argument("--limit", type=int, default=None, help="coverage: schemas per jsonschemabench file (default: all)")
@@ -316,6 +316,11 @@ def parser() -> argparse.ArgumentParser:
                         "it (suites meeting+gold, calendar+gold), or both")
     b.add_argument("--backends", default="sat,cpsat,csp")
     b.add_argument("--walks", type=int, default=10_000, help="walks: random decoder walks")
+    b.add_argument("--cases", type=int, default=100_000, help="fuzz: declarations to run")
+    b.add_argument("--case-timeout", type=float, default=5.0, help="fuzz: seconds per declaration before it counts "
+                   "as a stall")
+    b.add_argument("--targeted", type=float, default=0.05, help="fuzz: share of clean declarations with one targeted "
+                   "defect (these build arrays of 10,000 and domains of 10**6: the slow cases)")
     b.add_argument("--engine", choices=["vllm"], default="vllm", help="serve: the server")
     b.add_argument("--problems", type=int, default=8, help="serve: problems per workload")
     b.add_argument("--meeting-problems", type=int, default=4, help="serve: meeting problems")

@@ -85,3 +85,13 @@ class UnsatisfiableDeclaration(DeclarationError):
 
 class InvalidAssignment(FactorspecError, ValueError):
     """``session.assign`` with a path that is not a field, or a value outside the field's domain."""
+
+
+class CompileBudgetExceeded(DeclarationError):
+    """A part of the declaration whose compilation would pass its budget (automaton states or seconds): a pattern
+    with counted repeats such as ``a{99999}``, nested quantifiers, an alternation whose automaton explodes."""
+
+
+class NumberOutOfRange(DeclarationError):
+    """A number in a relation, an objective, or a field a relation reads whose size CP-SAT (64-bit integers) cannot
+    hold: a coefficient, constant or domain value past 2**62 in magnitude, or a linear sum that can reach it."""

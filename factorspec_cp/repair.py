@@ -48,10 +48,12 @@ class Repairer:
         fields = spec.fields
         self.siblings: dict[str, list[str]] = {}
         self._convex: dict[tuple[int, frozenset[str]], bool] = {}  # (relation, moved fields) -> convex_shift
+        by_parent: dict[str, list[str]] = {}  # grouped first: a 10,000-element array has 20,000 paths
+        for q in self.paths:
+            by_parent.setdefault(q.rsplit("/", 1)[0], []).append(q)
         for p in self.paths:
-            parent = p.rsplit("/", 1)[0]
-            self.siblings[p] = [q for q in self.paths if q != p and q.rsplit("/", 1)[0] == parent
-                                and fields[p].size > 2 and fields[q].values == fields[p].values]
+            self.siblings[p] = [q for q in by_parent[p.rsplit("/", 1)[0]] if q != p and fields[p].size > 2
+                                and fields[q].values == fields[p].values]
 
     @classmethod
     def of(cls, spec: Spec, instances: Sequence[Instance], paths: Sequence[str], cache: bool) -> Repairer:

@@ -150,6 +150,7 @@ class FreeField:
     pointer: str
     schema: dict[str, Any]
     conditional: bool = False
+    where: str = field(default="", compare=False)  # the JSON Pointer of its schema in the declaration
 
     @property
     def type(self) -> str:
@@ -266,6 +267,8 @@ class _Compiler:
             raise DeclarationError("a schema must be an object", pointer=where, found=schema)
         while "$ref" in schema:
             ref = schema["$ref"]
+            if not isinstance(ref, str):
+                raise DeclarationError("$ref must be a string", pointer=f"{where}/$ref", found=ref)
             others = sorted(k for k in schema if k not in ("$ref", "$defs", "definitions"))
             if any(constrains(k, schema[k]) for k in others):
                 raise UnsupportedKeyword("keywords beside $ref are not supported", pointer=where,
@@ -283,6 +286,7 @@ class _Compiler:
             where = ref
             if not isinstance(schema, dict):
                 raise DeclarationError("a schema must be an object", pointer=where, found=schema)
+        _check_keyword_types(schema, where)
         return schema, where
 
     # -- nodes ----------------------------------------------------------------------------------------------------
@@ -342,10 +346,10 @@ class _Compiler:
                 if fmt is not None:
                     self._ignore(where, "format", fmt)  # a format JSON Schema does not define: an annotation
                 sub = {k: v for k, v in schema.items() if k != "format"}
-            return self._leaf(FreeField(pointer, sub, conditional))
+            return self._leaf(FreeField(pointer, sub, conditional, where))
         if typ == "number":
             self._check_keys(schema, _NUMBER_KEYS, where)
-            return self._leaf(FreeField(pointer, dict(schema), conditional))
+            return self._leaf(FreeField(pointer, dict(schema), conditional, where))
         raise UnsupportedKeyword(f"type {typ!r} is not supported", pointer=f"{where}/type", found=typ,
                                  hint="object, array, integer, boolean, string, number, null")
 
@@ -400,14 +404,15 @@ class _Compiler:
                                      found=step)
         step = int(step)
         if lo is None or hi is None:
-            return self._leaf(FreeField(pointer, dict(schema), conditional))
+            return self._leaf(FreeField(pointer, dict(schema), conditional, where))
         lo, hi = _ceil(lo), _floor(hi)
         first = lo + (-lo) % step
-        values = range(first, hi + 1, step)
-        if len(values) == 0:
+        width = (hi - first) // step + 1 if hi >= first else 0  # len(range) overflows past 2**63
+        if width <= 0:
             raise DeclarationError("integer range is empty", pointer=where, found={"minimum": lo, "maximum": hi})
-        if len(values) > MAX_DOMAIN:
-            return self._leaf(FreeField(pointer, dict(schema), conditional))
+        values = range(first, hi + 1, step)
+        if width > MAX_DOMAIN:
+            return self._leaf(FreeField(pointer, dict(schema), conditional, where))
         return self._leaf(Field(pointer, values, "integer", conditional))
 
     def _object(self, schema: dict[str, Any], pointer: str, where: str, conditional: bool) -> ObjectNode:
@@ -512,12 +517,97 @@ def _ceil(x: float) -> int:
     return -int((-x) // 1)
 
 
+#: the deepest nesting of JSON containers a declaration may have (the compiler recurses over it)
+MAX_NESTING = 128
+
+_NUMBER_KEYWORDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+_COUNT_KEYWORDS = ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties")
+_STRING_KEYWORDS = ("pattern", "format", "$ref")
+_LIST_KEYWORDS = ("enum", "anyOf", "oneOf", "allOf", "prefixItems")
+_OBJECT_KEYWORDS = ("properties", "$defs", "definitions", "patternProperties", "dependentRequired")
+
+
+def check_json(doc: Any, pointer: str = "#") -> None:
+    """Refuse what is not JSON in a declaration document: NaN and Infinity (Python's ``json`` reads them), strings
+    and names with lone surrogates (they have no UTF-8 form), keys that are not strings, nesting deeper than
+    :data:`MAX_NESTING`. Iterative, so a document nested thousands deep fails here and not in the compiler."""
+    stack: list[tuple[Any, str, int]] = [(doc, pointer, 0)]
+    while stack:
+        v, at, depth = stack.pop()
+        if isinstance(v, float):
+            if v != v or v in (float("inf"), float("-inf")):
+                raise DeclarationError("NaN and Infinity are not JSON numbers", pointer=at, found=v,
+                                       hint="give a finite number")
+        elif isinstance(v, str):
+            _check_text(v, at)
+        elif isinstance(v, (dict, list)):
+            if depth >= MAX_NESTING:
+                raise DeclarationError(f"the declaration is nested deeper than {MAX_NESTING} levels", pointer=at,
+                                       hint="flatten it")
+            if isinstance(v, dict):
+                for k, sub in v.items():
+                    if not isinstance(k, str):
+                        raise DeclarationError("object keys must be strings", pointer=at, found=k)
+                    _check_text(k, at)
+                    stack.append((sub, f"{at}/{escape(k)}", depth + 1))
+            else:
+                stack.extend((sub, f"{at}/{k}", depth + 1) for k, sub in enumerate(v))
+        elif not (v is None or isinstance(v, (bool, int))):
+            raise DeclarationError(f"a {type(v).__name__} is not a JSON value", pointer=at, found=v)
+
+
+def _check_text(text: str, at: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise DeclarationError("a string with a lone surrogate has no UTF-8 form", pointer=at,
+                               found=text[max(0, e.start - 10):e.end + 10],
+                               hint="surrogates come in pairs (\\ud83d\\ude00), or write the character itself"
+                               ) from None
+
+
+def _check_keyword_types(schema: dict[str, Any], where: str) -> None:
+    """The value type of each keyword JSON Schema gives one to; a wrong type is a typed error, never read as
+    something else (``"maximum": true`` is not 1)."""
+    for key in _NUMBER_KEYWORDS:
+        if key in schema:
+            v = schema[key]
+            if isinstance(v, bool) and key.startswith("exclusive"):
+                raise UnsupportedKeyword(f"draft 4's boolean {key} is not supported", pointer=f"{where}/{key}",
+                                         found=v, hint=f'write "{key}": <the bound> (draft 6 and later)')
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise DeclarationError(f"{key} must be a number", pointer=f"{where}/{key}", found=v)
+            if key == "multipleOf" and v <= 0:
+                raise DeclarationError("multipleOf must be above 0", pointer=f"{where}/{key}", found=v)
+    for key in _COUNT_KEYWORDS:
+        if key in schema:
+            v = schema[key]
+            if isinstance(v, float) and v.is_integer():
+                v = int(v)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise DeclarationError(f"{key} must be a non-negative integer", pointer=f"{where}/{key}", found=v)
+    for key in _STRING_KEYWORDS:
+        if key in schema and not isinstance(schema[key], str):
+            raise DeclarationError(f"{key} must be a string", pointer=f"{where}/{key}", found=schema[key])
+    for key in _LIST_KEYWORDS:
+        if key in schema and not isinstance(schema[key], list):
+            raise DeclarationError(f"{key} must be a list", pointer=f"{where}/{key}", found=schema[key])
+    for key in _OBJECT_KEYWORDS:
+        if key in schema and not isinstance(schema[key], dict):
+            raise DeclarationError(f"{key} must be an object", pointer=f"{where}/{key}", found=schema[key])
+    typ = schema.get("type")
+    if typ is not None and not isinstance(typ, str) and not (
+            isinstance(typ, list) and all(isinstance(t, str) for t in typ)):
+        raise DeclarationError("type must be a type name or a list of them", pointer=f"{where}/type", found=typ)
+
+
 def compile_schema(doc: dict[str, Any], *, strict: bool = False) -> CompiledSchema:
     """Compile a JSON Schema document (the root of a declaration) into nodes and fields. Keywords that constrain
     nothing are ignored and listed on the result's ``ignored``; ``strict=True`` refuses them (see
     :data:`ASSERTIONS`)."""
     if not isinstance(doc, dict):
         raise DeclarationError("a declaration must be a JSON object (a JSON Schema)", pointer="#", found=doc)
+    check_json(doc)
     c = _Compiler(doc, strict)
     root = c.node(doc, "", "#", False)
     return CompiledSchema(root, c.fields, c.free, c.nodes, list(c.ignored))

@@ -19,6 +19,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from .errors import (
+    CompileBudgetExceeded,
     DeclarationError,
     FreeFieldInRelation,
     MalformedRelation,
@@ -29,7 +30,18 @@ from .errors import (
     UnsatisfiableDeclaration,
 )
 from .relations import Any_, Implies, Linear, Relation, Table, Term, _parse_terms, relation_from_json, relation_has_sat
-from .schema import ArrayNode, Field, Leaf, Node, ObjectNode, UnionNode, compile_schema, escape, split_pointer
+from .schema import (
+    ArrayNode,
+    Field,
+    Leaf,
+    Node,
+    ObjectNode,
+    UnionNode,
+    check_json,
+    compile_schema,
+    escape,
+    split_pointer,
+)
 
 if TYPE_CHECKING:
     from .graph import FactorGraph
@@ -37,7 +49,11 @@ if TYPE_CHECKING:
     from .tokenmap.decoder import Decoder
 
 DEFAULT_TABLE_BUDGET = 100_000
+#: the most relation instances a declaration may have (templates instantiated at every {i}): NATURAL PLAN's largest
+#: meeting declaration has 115; every session, encoding and repair table grows with the count
+MAX_INSTANCES = 5_000
 _TEMPLATE = re.compile(r"\{i([+-]\d+)?\}")
+_INDEX = re.compile(r"0|[1-9][0-9]*", re.ASCII)
 _XKEYS = {"relations", "objective", "table_budget"}
 
 
@@ -121,6 +137,7 @@ class Spec:
         if not isinstance(schema, Mapping):
             raise DeclarationError("a declaration's schema must be a JSON object", pointer="#", found=schema,
                                    hint='boolean schemas have no layout; write {"type": ...}')
+        check_json(dict(schema))  # before the deep copy: NaN, lone surrogates, nesting past the limit
         self.schema: dict[str, Any] = {k: copy.deepcopy(v) for k, v in schema.items() if k != "x-factorspec"}
         self.relations = list(relations)
         levels = [] if objective is None else [objective] if isinstance(objective, Objective) else list(objective)
@@ -156,15 +173,41 @@ class Spec:
             relation_from_json(rel.to_json(), where)  # the JSON form's checks, for relations built in Python too
             self._instantiate(k, rel, where)
         self._level_terms: list[list[Term]] = []
+        where = "#/x-factorspec/objective"
         for k, level in enumerate(levels):
             at = where if isinstance(objective, Objective) else f"{where}/{k}"
             terms = [u for t in level.terms for u in t.with_path(lambda p, many, at=at: self._expand(p, True, at))]
             for t in terms:
                 t.validate(self.fields, at)
             self._level_terms.append(terms)
+        self._check_magnitudes(objective)
         self._objective_terms: list[Term] = self._level_terms[0] if levels else []
         self._optima: list[int] | None = None
         self._encoded: dict[str, Any] = {}
+
+    def _check_magnitudes(self, objective: Any) -> None:
+        """Every integer a solver will see fits CP-SAT's 64-bit arithmetic (:class:`NumberOutOfRange` otherwise):
+        domain values of the fields relations read, and every linear sum a relation or objective level can reach."""
+        from .encoders.base import MAX_MAGNITUDE, MagnitudeCheck
+        from .errors import NumberOutOfRange
+        for p in self.scope_fields:
+            f = self.fields[p]
+            if f.numeric and f.size:
+                vals = f.values
+                big = max(abs(int(vals[0])), abs(int(vals[-1]))) if isinstance(vals, range) else max(
+                    abs(int(v)) for v in vals)
+                if big > MAX_MAGNITUDE:
+                    at = next((i.where for i in self.instances if p in i.scope), "#/x-factorspec/objective")
+                    raise NumberOutOfRange(f"{p}, read by this relation, has values past 2**62 (CP-SAT's 64-bit "
+                                           "integers)", pointer=at, found=big, hint="narrow the field's bounds")
+        for inst in self.instances:
+            try:
+                inst.relation.encode(MagnitudeCheck(self.fields, inst.where))
+            except NotImplementedError:  # a custom kind that encodes itself for CP-SAT only
+                pass
+        for k, terms in enumerate(self._level_terms):
+            at = "#/x-factorspec/objective" + ("" if not self._as_list else f"/{k}")
+            MagnitudeCheck(self.fields, at).add_linear(terms, "<=", 0)
 
     # -- construction ----------------------------------------------------------------------------------------------
     @classmethod
@@ -174,6 +217,7 @@ class Spec:
         on ``ignored``; ``strict=True`` refuses them with :class:`UnsupportedKeyword`."""
         if not isinstance(doc, Mapping):
             raise DeclarationError("a declaration must be a JSON object", pointer="#", found=doc)
+        check_json(dict(doc))
         x = doc.get("x-factorspec", {})
         if not isinstance(x, Mapping):
             raise DeclarationError("x-factorspec must be an object", pointer="#/x-factorspec", found=x)
@@ -244,13 +288,15 @@ class Spec:
                                                          "minItems == maxItems")
                     if tok == "*":
                         nxt.extend((f"{ptr}/{i}", el) for i, el in enumerate(node.elements))
-                    elif tok.isdigit() and int(tok) < len(node.elements):
+                    elif _INDEX.fullmatch(tok) and int(tok) < len(node.elements):  # RFC 6901: 0 or [1-9][0-9]*
                         nxt.append((f"{ptr}/{tok}", node.elements[int(tok)]))
                     else:
                         if not strict:
                             return []
                         raise UnknownPath(f"path {path!r} names nothing: {ptr} has indices 0..{len(node.elements) - 1}",
-                                          pointer=where, found=path)
+                                          pointer=where, found=path,
+                                          hint=None if _INDEX.fullmatch(tok) else "an index is written in ASCII digits "
+                                          "without leading zeros (JSON Pointer)")
                 elif isinstance(node, UnionNode):
                     raise NotAField(f"path {path!r} reads into the anyOf/oneOf at {ptr}", pointer=where, found=path,
                                     hint="relations read only always-present fields")
@@ -328,6 +374,11 @@ class Spec:
                                           hint='raise "table_budget" in x-factorspec, or express the table as '
                                                "linear/implies relations")
         scope = list(dict.fromkeys(rel.paths()))
+        if len(self.instances) >= MAX_INSTANCES:
+            raise CompileBudgetExceeded(f"the relations instantiate to more than {MAX_INSTANCES:,} instances",
+                                        pointer=where, found=len(self.instances) + 1,
+                                        hint="fewer array elements under {i} templates, or one relation over "
+                                             "\"*\" (all_different, count) instead of one per element")
         self.instances.append(Instance(len(self.instances), source, rel, where, i, scope))
 
     # -- views -----------------------------------------------------------------------------------------------------
@@ -415,8 +466,10 @@ class Spec:
             yield self.record(values)
 
     def record(self, values: Mapping[str, Any]) -> dict[str, Any]:
-        """Build the record from field values (path -> JSON value); free and conditional parts are left out."""
-        return _build(self.compiled.root, values)  # type: ignore[no-any-return]
+        """Build the record from field values (path -> JSON value); free and conditional parts are left out (an
+        array keeps the elements it has values for; a record whose root is itself free is ``None``)."""
+        out = _build(self.compiled.root, values)
+        return None if out is _MISSING else out  # type: ignore[no-any-return]
 
     def check_record(self, record: Any) -> list[str]:
         """Violations of the schema (jsonschema) and of each relation instance; empty when the record is valid."""
@@ -483,7 +536,7 @@ def _build(node: Node, values: Mapping[str, Any]) -> Any:
                 out[prop.name] = v
         return out
     if isinstance(node, ArrayNode):
-        return [_build(el, values) for el in node.elements[:node.min_items]]
+        return [v for v in (_build(el, values) for el in node.elements[:node.min_items]) if v is not _MISSING]
     return _MISSING
 
 

@@ -29,6 +29,9 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.suite == "generate":
         from .generate import run as run_generate
         return run_generate(args)
+    if args.suite == "fuzz":
+        from .fuzz import run as run_fuzz
+        return run_fuzz(args)
     if args.suite == "serve":
         from .serve import run as run_serve
         return run_serve(args)

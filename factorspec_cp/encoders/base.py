@@ -128,3 +128,63 @@ class Backend(ABC):
 
     def close(self) -> None:
         """Release solver resources."""
+
+
+#: the largest magnitude a linear sum may reach (CP-SAT works in 64-bit integers and keeps a factor of 2 in reserve)
+MAX_MAGNITUDE = 2**62
+
+
+class MagnitudeCheck(Context):
+    """A context that encodes nothing and checks that no linear constraint can leave :data:`MAX_MAGNITUDE`: each
+    sum's largest possible value (|coefficient| x the largest |value| of its field, and |rhs|) must stay within it.
+    Relations encode themselves into it once, at declaration time, so an overflow is a typed error naming the
+    relation instead of a solver failure later."""
+
+    def __init__(self, fields: Mapping[str, Field], where: str):
+        self.fields = fields
+        self.where = where
+        self._largest: dict[tuple[str, int], int] = {}
+
+    def _big(self, t: Term) -> int:
+        key = (t.path, id(t.map))
+        m = self._largest.get(key)
+        if m is None:
+            if t.map is not None:
+                m = max((abs(v) for v in t.map.values()), default=0)
+            else:
+                vals = self.fields[t.path].values
+                m = max(abs(int(vals[0])), abs(int(vals[-1]))) if isinstance(vals, range) and len(vals) else max(
+                    (abs(int(v)) for v in vals), default=0)
+            self._largest[key] = m
+        return m
+
+    def add_linear(self, terms: Sequence[Term], op: str, rhs: int) -> None:
+        from ..errors import NumberOutOfRange
+        reach = abs(rhs) + sum(abs(t.coef) * self._big(t) for t in terms)
+        if reach > MAX_MAGNITUDE:
+            raise NumberOutOfRange(f"a linear sum of this relation can reach {reach:.3g}, past 2**62 (CP-SAT's "
+                                   "64-bit integers)", pointer=self.where,
+                                   found={"terms": [[t.coef, t.path] for t in terms[:6]], "rhs": rhs},
+                                   hint="scale the coefficients and constants down, or narrow the fields' bounds")
+
+    def add_all_different(self, paths: Sequence[str]) -> None:
+        pass
+
+    def add_table(self, paths: Sequence[str], rows: Sequence[Sequence[Any]], allow: bool) -> None:
+        pass
+
+    def add_count(self, paths: Sequence[str], value: Any, op: str, rhs: int) -> None:
+        pass
+
+    def add_any(self, branches: Sequence[Callable[[Context], None]]) -> None:
+        for b in branches:
+            b(self)
+
+    def when(self, literals: Sequence[Literal]) -> Context:
+        return self
+
+    def post(self, relation: Any) -> None:
+        try:
+            relation.encode(self)
+        except NotImplementedError:  # a custom kind that encodes itself for CP-SAT only: its own business
+            pass

@@ -31,7 +31,8 @@ class CpsatModel:
         self.fields = spec.fields
         self.model = cp_model.CpModel()
         scope = fields if fields is not None else list(dict.fromkeys(p for i in instances for p in i.scope))
-        self.idx = {p: self.model.NewIntVar(0, self.fields[p].size - 1, p) for p in self.fields if p in set(scope)}
+        in_scope = set(scope)
+        self.idx = {p: self.model.NewIntVar(0, self.fields[p].size - 1, p) for p in self.fields if p in in_scope}
         index_domains(self.fields, self.idx)
         self._eq: dict[tuple[str, int], Any] = {}
         self._in: dict[tuple[str, frozenset[int]], Any] = {}
@@ -151,11 +152,15 @@ class CpsatContext(Context):
         self._post(self.model.Add(getattr(expr, _SENSE[op])(rhs)))
 
     def add_all_different(self, paths: Sequence[str]) -> None:
-        codes: dict[Any, int] = {}
-        for p in paths:
-            for v in self.fields[p].values:
-                codes.setdefault(jkey(v), len(codes))
-        exprs = [self.cm.value_expr(p, [codes[jkey(v)] for v in self.fields[p].values]) for p in paths]
+        if all(self.fields[p].kind == "integer" and isinstance(self.fields[p].values, range) for p in paths):
+            # integer ranges: the values are their own codes (no pass over a 10**6-value domain)
+            exprs = [self.fields[p].values.start + self.fields[p].values.step * self.cm.var(p) for p in paths]
+        else:
+            codes: dict[Any, int] = {}
+            for p in paths:
+                for v in self.fields[p].values:
+                    codes.setdefault(jkey(v), len(codes))
+            exprs = [self.cm.value_expr(p, [codes[jkey(v)] for v in self.fields[p].values]) for p in paths]
         if not self.enf:
             self.model.AddAllDifferent(exprs)
             return

@@ -52,7 +52,7 @@ class SatEncoding:
             if not relation_has_sat(inst.relation):
                 raise BackendUnsupported(f"{inst.label} has no SAT encoding", pointer=inst.where,
                                          hint='use backend="cpsat" (the default picks it)')
-        scope = list(dict.fromkeys(p for inst in instances for p in inst.scope))
+        scope = {p for inst in instances for p in inst.scope}
         for p in spec.fields:
             if p not in scope:
                 continue
@@ -196,6 +196,9 @@ class SatContext(Context):
         for p in paths:
             for k, v in enumerate(self.fields[p].values):
                 groups.setdefault(jkey(v), []).append(self.enc.lits[p][k])
+        if len(groups) < len(set(paths)):  # more fields than values: no record (CDCL alone would face a
+            self.clause([])                # pigeonhole instance, exponential for resolution)
+            return
         for lits in groups.values():
             if len(lits) > 1:
                 self.enc.at_most_one(lits, self.prefix)

@@ -18,13 +18,14 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Iterator
 from fractions import Fraction
 from typing import Any, Union
 
-from ..errors import DeclarationError, UnsupportedKeyword
+from ..errors import CompileBudgetExceeded, DeclarationError, UnsupportedKeyword
 
 #: ``value(sub)`` of an incomplete value.
 NOTHING: Any = type("Nothing", (), {"__repr__": lambda self: "NOTHING"})()
@@ -455,6 +456,113 @@ FORMATS: dict[str, str] = {
 }
 
 
+#: the budget of one pattern's automaton: states of any automaton built on the way, and seconds in all. The formats
+#: take at most 94 states
+PATTERN_STATES = 4_000
+PATTERN_SECONDS = 1.0
+
+_budget = threading.local()
+
+
+class _Budget:
+    """Counts the states the automaton construction visits, against :data:`PATTERN_STATES` per automaton and
+    :data:`PATTERN_SECONDS` in all (interegular builds a pattern as a sequence of automata, one per operator)."""
+
+    def __init__(self, pattern: str, pointer: str):
+        self.pattern, self.pointer = pattern, pointer
+        self.deadline = time.monotonic() + PATTERN_SECONDS
+
+    def check(self, states: int) -> None:
+        if states > PATTERN_STATES:
+            self.fail(f"its automaton passes {PATTERN_STATES:,} states")
+        if time.monotonic() > self.deadline:
+            self.fail(f"its automaton takes more than {PATTERN_SECONDS:g} s to build")
+
+    def fail(self, why: str) -> None:
+        raise CompileBudgetExceeded(f"pattern is past the compile budget: {why}", pointer=f"{self.pointer}/pattern",
+                                    found=self.pattern,
+                                    hint="bound the counted repeats (a{n} with large n) and nested quantifiers, or "
+                                         "use maxLength for the length")
+
+
+def _crawl(alphabet: Any, initial: Any, final: Any, follow: Any) -> Any:
+    """interegular's ``fsm.crawl`` (the subset construction every operator uses) with the same states in the same
+    order, but an index by hash instead of ``list.index`` (quadratic in the states) and the current budget checked
+    as states are found."""
+    from interegular.fsm import FSM, OblivionError
+    budget: _Budget | None = getattr(_budget, "current", None)
+    states = [initial]
+    index = {_frozen(initial): 0}
+    finals = set()
+    trans: dict[int, dict[Any, int]] = {}
+    i = 0
+    while i < len(states):
+        state = states[i]
+        if final(state):
+            finals.add(i)
+        row = trans[i] = {}
+        for transition in alphabet.by_transition:
+            try:
+                nxt = follow(state, transition)
+            except OblivionError:
+                continue
+            key = _frozen(nxt)
+            j = index.get(key)
+            if j is None:
+                j = index[key] = len(states)
+                states.append(nxt)
+                if budget is not None:
+                    budget.check(j)
+            row[transition] = j
+        i += 1
+    return FSM(alphabet=alphabet, states=range(len(states)), initial=0, finals=finals, map=trans,
+               __no_validation__=True)
+
+
+def _frozen(state: Any) -> Any:
+    """A hashable key equal where the states are equal (interegular's states are sets, tuples and ints)."""
+    if isinstance(state, (set, frozenset)):
+        return frozenset(_frozen(x) for x in state)
+    if isinstance(state, (tuple, list)):
+        return tuple(_frozen(x) for x in state)
+    if isinstance(state, dict):
+        return frozenset((k, _frozen(v)) for k, v in state.items())
+    return state
+
+
+_ORIGINAL_CRAWL: Any = None  # interegular's own, once ours replaces it
+
+
+def _to_fsm(expr: str, pattern: str, pointer: str) -> Any:
+    """``interegular.parse_pattern(expr).to_fsm()`` within the budget (:class:`CompileBudgetExceeded` past it)."""
+    global _ORIGINAL_CRAWL
+    import interegular
+    import interegular.fsm
+    if interegular.fsm.crawl is not _crawl:
+        _ORIGINAL_CRAWL = interegular.fsm.crawl
+        interegular.fsm.crawl = _crawl  # same automaton, linear index, budget checks (see _crawl)
+    budget = _budget.current = _Budget(pattern, pointer)
+    try:
+        parsed = interegular.parse_pattern(expr)
+        if _repeat_size(parsed) > PATTERN_STATES:
+            budget.fail(f"its counted repeats unroll past {PATTERN_STATES:,} states")
+        return parsed.to_fsm()
+    finally:
+        _budget.current = None
+
+
+def _repeat_size(node: Any) -> int:
+    """An upper bound on the states a parsed interegular pattern unrolls to (counted repeats multiply)."""
+    from interegular import patterns as P
+    if isinstance(node, P._Repeated):
+        n = node.max if node.max is not None else node.min
+        return max(1, n) * _repeat_size(node.base) + 1
+    subs = getattr(node, "options", None) or getattr(node, "parts", None)
+    if subs is None and hasattr(node, "inner"):
+        subs = (node.inner,)
+    return sum(_repeat_size(x) for x in subs) if subs else 1
+
+
 class _Dfa:
     """A pattern's automaton over characters: classes of characters, transitions, and length-aware liveness.
     ``full`` (a format's expression, :data:`FORMATS`) is matched whole, instead of ``pattern``'s search."""
@@ -474,11 +582,12 @@ class _Dfa:
             self.explicit: dict[str, Any] = {}
             self.trans: dict[Any, dict[Any, Any]] = {0: {_OTHER: 0}}
         else:
-            import interegular
             from interegular.fsm import anything_else
 
             try:
-                fsm = interegular.parse_pattern(full if full is not None else _search_regex(pattern)).to_fsm()
+                fsm = _to_fsm(full if full is not None else _search_regex(pattern), pattern or full or "", pointer)
+            except CompileBudgetExceeded:
+                raise
             except Exception as exc:  # interegular raises several types for unsupported syntax
                 raise UnsupportedKeyword(f"pattern is not supported: {exc}", pointer=f"{pointer}/pattern",
                                          found=pattern,

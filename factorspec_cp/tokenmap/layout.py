@@ -957,7 +957,7 @@ def _free_slot(f: FreeField) -> Any:
     sch = f.schema
     typ = f.type
     if typ == "string":
-        slot: Any = StringSlot(sch, f"#{f.pointer}")
+        slot: Any = StringSlot(sch, f.where or f"#{f.pointer}")
     elif typ == "integer":
         lo, hi = sch.get("minimum"), sch.get("maximum")
         lo = None if lo is None else -int((-lo) // 1)
@@ -972,9 +972,10 @@ def _free_slot(f: FreeField) -> Any:
     elif typ == "number":
         slot = NumberSlot(sch)
     else:  # pragma: no cover - the schema compiler makes no other free leaf
-        raise DeclarationError(f"free values of type {typ!r} have no layout", pointer=f.pointer)
+        raise DeclarationError(f"free values of type {typ!r} have no layout", pointer=f.where or f"#{f.pointer}")
     if slot.empty():
-        raise DeclarationError("no value satisfies this free field's bounds", pointer=f.pointer, found=sch)
+        raise DeclarationError("no value satisfies this free field's bounds", pointer=f.where or f"#{f.pointer}",
+                               found=sch)
     return slot
 
 
