@@ -299,3 +299,31 @@ def test_token_table_steps_equal_byte_steps(vocab_name: str, k: int) -> None:
         else:
             assert core is None, (what, data, n)
     assert (inside == 0) == what.startswith("at maxLength"), (what, inside)  # there only the quote may follow
+
+
+def _closing_note(first: str, n: int) -> dict[str, Any]:
+    """A declaration that ends with a free note: ``n`` enum fields before it, so declarations differ."""
+    props: dict[str, Any] = {f"f{k}": {"enum": [first, "other"]} for k in range(n)}
+    props["note"] = {"type": "string", "maxLength": 40}
+    return {"type": "object", "required": list(props), "additionalProperties": False, "properties": props}
+
+
+@pytest.mark.parametrize("vocab_name", ["smollm2", "qwen3"])
+def test_rows_shared_across_declarations_by_a_fixed_tail_equal_brute_force(vocab_name: str) -> None:
+    """Where only fixed bytes follow a string to the record's end, its masks (and the one a few bytes before it)
+    are shared by every declaration that ends so: the second, different declaration's masks, read from what the
+    first one built, must equal brute force on its own layout."""
+    vocab = VOCABS[vocab_name]()
+    for k, (first, n) in enumerate([("Riga", 1), ("Split", 3)]):
+        spec = fs.Spec.from_json(_closing_note(first, n))
+        layout = Layout(spec)
+        head = "{" + ", ".join(f'"f{j}": "{first}"' for j in range(n)) + ', "note":'
+        for typed in (head.encode(), (head + ' "').encode(), (head + ' "Sta').encode(), (head + ' "ab c"').encode()):
+            dec = spec.decoder(vocab, mode="exact")
+            drive(dec, vocab, typed)
+            state = layout.advance(layout.start(), typed)
+            assert state is not None, typed
+            if k == 1:  # the second declaration: every row comes from the shared memos, checked against the layout
+                check(dec, vocab, brute_force(layout, state, vocab), typed.decode())
+            else:
+                dec.allowed_tokens()

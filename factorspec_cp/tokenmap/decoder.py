@@ -170,6 +170,7 @@ class _Compiled:
         self.masks: OrderedDict[Any, np.ndarray] = OrderedDict()
         self.plans: OrderedDict[Any, tuple[_Step, ...]] = OrderedDict()
         self.suffixes: OrderedDict[Any, bool] = OrderedDict()
+        self.tails: OrderedDict[Any, bytes | None] = OrderedDict()  # _fixed_tail by a free string's place
 
     def string_masks(self, slot: StringSlot) -> StringMasks:
         """The masks inside one free string slot (token tables shared per automaton and vocabulary, on disk)."""
@@ -177,6 +178,9 @@ class _Compiled:
         if masks is None:
             masks = self.strings[id(slot)] = StringMasks.of(slot, self.index)
         return masks
+
+
+_NONE: Any = object()
 
 
 def _remember(cache: OrderedDict[Any, Any], key: Any, value: Any, limit: int) -> Any:
@@ -397,6 +401,16 @@ class Decoder:
         values ``ctx`` and the assignment decide them) and the verdict on each run of bytes after the quote."""
         ((pc, ctr, _), pending), = st.threads
         place = (pc, ctr, pending, ctx, self._key())
+        tail = self._c.tails.get(place, _NONE)
+        if tail is _NONE:
+            tail = _remember(self._c.tails, place, self._fixed_tail(st, flt(ctx)), 4096)
+        if tail is not None:
+            # only fixed bytes follow the string to the record's end: a rest is good where it is a prefix of them,
+            # whatever the declaration or the assignment, so the string's masks key on the bytes and are shared
+            def prefix(rests: list[bytes]) -> list[bool]:
+                return [tail.startswith(r) for r in rests]
+
+            return ("tail", tail), prefix
 
         def verdicts(rests: list[bytes]) -> list[bool] | None:
             f = flt(ctx)
@@ -407,6 +421,24 @@ class Decoder:
             return [not r or (r[0] in first and self._suffix_ok(after, r, ctx, f)) for r in rests]
 
         return place, verdicts
+
+    def _fixed_tail(self, st: State, f: Any, limit: int = 64) -> bytes | None:
+        """The bytes after the free string at ``st`` when they are fixed to the record's end (one next byte each,
+        no value completed on the way, the record whole after them); ``None`` otherwise."""
+        after = self.layout.after_free_slot(st, admissible=f)
+        out = bytearray()
+        while after is not None and len(out) <= limit:
+            nxt = self.layout.allowed_next_bytes(after, admissible=f)
+            if not nxt:
+                return bytes(out) if self.layout.accepting(after, admissible=f) else None
+            if len(nxt) != 1:
+                return None
+            (b,) = nxt
+            after = self.layout.advance(after, bytes((b,)), admissible=f)
+            if after is None or after.events:
+                return None
+            out.append(b)
+        return None
 
     def _suffix_ok(self, after: State, rest: bytes, ctx: tuple[Any, ...], f: Any) -> bool:
         if not rest:
@@ -445,8 +477,46 @@ class Decoder:
             self._c.masks.move_to_end(key)
             self.stats.mask_hits += 1
             return row
+        opening = self._opening(frame.state)
+        if opening is not None:  # fixed bytes, a free string, fixed bytes to the end: the same row everywhere
+            tables, okey = opening
+            row = tables.opening_rows.get(okey)
+            if row is None:
+                row = _pack(self._exact_ids(frame.state), self.vocab.size)
+                with tables.lock:
+                    _remember(tables.opening_rows, okey, row, 256)
+            return _remember(self._c.masks, key, row, 2048)
         row = _pack(self._exact_ids(frame.state), self.vocab.size)
         return _remember(self._c.masks, key, row, 2048)
+
+    def _opening(self, st: State, limit: int = 16) -> tuple[Any, Any] | None:
+        """Where ``st`` is a few fixed bytes before a free string that only fixed bytes follow to the record's end
+        (a trip's closing note): the string's shared tables and a key that decides the mask there whatever the
+        declaration or the assignment (the bytes before, the string's lengths, the bytes after)."""
+        f = self._admissible(())
+        before = bytearray()
+        while len(before) <= limit:
+            fs = self.layout.free_string(st)
+            if fs is not None:
+                slot, sub = fs
+                _, phase, s, n, pending = sub
+                if not before or phase != 1 or n != 0 or pending or s != slot.dfa.initial:
+                    return None
+                tail = self._fixed_tail(st, f)
+                if tail is None:
+                    return None
+                tables = self._c.string_masks(slot).tables
+                return tables, (bytes(before), tail, slot.dfa.min_len, slot.dfa.max_len)
+            nxt = self.layout.allowed_next_bytes(st, admissible=f)
+            if len(nxt) != 1:
+                return None
+            (b,) = nxt
+            st2 = self.layout.advance(st, bytes((b,)), admissible=f)
+            if st2 is None or st2.events:
+                return None
+            st = st2
+            before.append(b)
+        return None
 
     def fill_mask(self, row: np.ndarray) -> None:
         """Write the admitted token ids into ``row``: int32, ``ceil(vocab.size / 32)`` words, bit ``t % 32`` of word

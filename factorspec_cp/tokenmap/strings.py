@@ -181,6 +181,9 @@ class _Liveness:
 
 
 # ------------------------------------------------------------------------------------------------------ masks
+_ABSENT: Any = object()
+
+
 class StringMasks:
     """Masks inside one free string slot of one declaration: :class:`StringTables` plus the slot's lengths, and
     the verdicts on what follows a closing quote (memoized per ``place``: the caller's key for the slot's position,
@@ -199,6 +202,21 @@ class StringMasks:
         self._rows: OrderedDict[Any, np.ndarray] = OrderedDict()
         self._exit_rows: OrderedDict[Any, np.ndarray | None] = OrderedDict()  # the closing tokens' bits alone
         self._positions: OrderedDict[Any, np.ndarray] = OrderedDict()
+        # A place ("tail", bytes) (only those fixed bytes follow the string to the record's end) decides its
+        # verdicts by the bytes alone: its memos live on the shared tables, for every declaration whose string ends
+        # the same way (each request of a server compiles its own declaration)
+        with tables.lock:
+            shared = tables.__dict__.get("tail_memos")
+            if shared is None:
+                shared = tables.__dict__["tail_memos"] = (OrderedDict(), OrderedDict(), OrderedDict(), OrderedDict(),
+                                                          OrderedDict())
+        self._shared = shared
+
+    def _memos(self, place: Hashable) -> tuple[OrderedDict[Any, Any], ...]:
+        """(verdicts, by_table, rows, exit_rows, positions) for ``place``: shared on the tables for a fixed tail."""
+        if isinstance(place, tuple) and len(place) == 2 and place[0] == "tail":
+            return self._shared
+        return self._verdicts, self._by_table, self._rows, self._exit_rows, self._positions
 
     @classmethod
     def of(cls, slot: StringSlot, index: TokenIndex) -> StringMasks:
@@ -209,23 +227,26 @@ class StringMasks:
         """Per closing token of ``t``: admitted by the lengths and by what follows the string."""
         if not sig.ex_ok.any():
             return sig.ex_ok
+        verdicts_memo, by_table, _, _, _ = self._memos(place)
         key = (tkey, place)
-        per = self._by_table.get(key)
+        per = by_table.get(key)
         if per is None:
-            per = remember(self._by_table, key, np.full(len(t.rests), -1, dtype=np.int8), 512)
+            with self.tables.lock:
+                per = remember(by_table, key, np.full(len(t.rests), -1, dtype=np.int8), 512)
         need = np.unique(t.ex_rest[sig.ex_ok])
         todo = need[per[need] < 0]
         if len(todo):
-            if place not in self._verdicts:
-                remember(self._verdicts, place, {}, 256)
-            known = self._verdicts[place]
+            known = verdicts_memo.get(place, _ABSENT)
+            if known is _ABSENT:
+                with self.tables.lock:
+                    known = remember(verdicts_memo, place, {}, 256)
             rests = [t.rests[r] for r in todo.tolist()]
             if known is not None:
                 ask = [r for r in rests if r not in known]
                 if ask:
                     got = closing(ask)
                     if got is None:
-                        known = self._verdicts[place] = None
+                        known = verdicts_memo[place] = None
                     else:
                         known.update(zip(ask, map(bool, got)))
             per[todo] = [0 if known is None else int(known[r]) for r in rests]
@@ -276,20 +297,25 @@ class StringMasks:
         rid = tables.core(s, pending)
         t = tables.table(rid)
         sig = self.live.signature(t, n)
+        _, _, rows, exit_rows, _ = self._memos(place)
         key = (rid, sig.key_in, sig.key_ex, place)
-        row = self._rows.get(key)
+        row = rows.get(key)
         if row is not None:
-            self._rows.move_to_end(key)
+            with tables.lock:
+                if key in rows:
+                    rows.move_to_end(key)
             return row
         base = self._inside_row(t, sig)
         ekey = (rid, sig.key_ex, place)
-        closers = self._exit_rows.get(ekey, False)
+        closers = exit_rows.get(ekey, False)
         if closers is False:
             ok = self._closing_ok(t, rid, sig, place, closing)
             closers = _pack_ids(tables.index.ids[t.ex_pos[ok]], tables.words) if ok.any() else None
-            remember(self._exit_rows, ekey, closers, 256)
+            with tables.lock:
+                remember(exit_rows, ekey, closers, 256)
         row = base if closers is None else base | closers
-        return remember(self._rows, key, row, 256)  # type: ignore[no-any-return]
+        with tables.lock:
+            return remember(rows, key, row, 256)  # type: ignore[no-any-return]
 
     def positions(self, sub: tuple[Any, ...], lo: int, hi: int, d: int, place: Hashable,
                   closing: Closing) -> np.ndarray:
@@ -302,10 +328,15 @@ class StringMasks:
         t = tables.table(rid) if full else tables.range_table(rid, lo, hi, d)
         tkey: Any = rid if full else (rid, lo, hi, d)
         sig = self.live.signature(t, n)
+        memos = self._memos(place)
+        positions, keep = memos[4], full or memos is self._shared  # a fixed tail's ranges are shared: kept too
         key = (tkey, sig.key_in, sig.key_ex, place)
-        hit = self._positions.get(key) if full else None
+        hit = positions.get(key) if keep else None
         if hit is not None:
             return hit
         inside = t.in_pos if sig.key_in is None else t.in_pos[np.repeat(sig.adm, t.g_cnt)]
         out = np.concatenate([inside, t.ex_pos[self._closing_ok(t, tkey, sig, place, closing)]])
-        return remember(self._positions, key, out, 64) if full else out  # type: ignore[no-any-return]
+        if not keep:
+            return out
+        with tables.lock:
+            return remember(positions, key, out, 64)  # type: ignore[no-any-return]

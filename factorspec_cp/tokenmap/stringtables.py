@@ -67,7 +67,7 @@ def remember(cache: OrderedDict[Any, Any], key: Any, value: Any, limit: int) -> 
 def automaton_key(slot: StringSlot) -> str:
     """A digest of what a token's run through ``slot`` depends on: the pattern automaton (states, classes,
     transitions) and the escape/UTF-8 rules (:data:`FORMAT`). Lengths are not part of it."""
-    key = slot.__dict__.get("_fs_tables_key")
+    key = slot.dfa.__dict__.get("_fs_tables_key")  # on the automaton: equal slots of many declarations share it
     if key is None:
         dfa = slot.dfa
         states = _states(slot)
@@ -77,7 +77,7 @@ def automaton_key(slot: StringSlot) -> str:
                "trans": [[at[s], sorted([repr(c), at[t]] for c, t in dfa.trans.get(s, {}).items())] for s in states],
                "explicit": sorted([ord(c), repr(cls)] for c, cls in dfa.explicit.items())}
         key = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
-        slot.__dict__["_fs_tables_key"] = key
+        dfa.__dict__["_fs_tables_key"] = key
     return key  # type: ignore[no-any-return]
 
 
@@ -157,6 +157,8 @@ class StringTables:
         self._ranges: OrderedDict[tuple[int, int, int, int], CoreTable] = OrderedDict()
         self.lengths: dict[tuple[int, int | None], Any] = {}  # what the masks keep per (minLength, maxLength)
         self.lock = threading.RLock()
+        #: exact rows a few fixed bytes before this string where only fixed bytes follow it (decoder._opening)
+        self.opening_rows: OrderedDict[Any, np.ndarray] = OrderedDict()
         self.built = self.loaded = 0  # cores built here / read from disk
 
     @classmethod
