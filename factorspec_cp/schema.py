@@ -480,10 +480,13 @@ class _Compiler:
             if opt.get("type", "object" if "properties" in opt else None) != "object":
                 raise UnsupportedKeyword(f"{key} is supported only over objects distinguished by a const property",
                                          pointer=f"{where}/{key}/{k}", found=opt.get("type"))
-            for name, sub in opt.get("properties", {}).items():
+            props, req = opt.get("properties", {}), opt.get("required", [])
+            if not isinstance(props, dict) or not isinstance(req, list):
+                continue  # no tag here; the branch's own compile below names what is wrong
+            for name, sub in props.items():
                 sub_r, _ = self._resolve(sub, where)
                 del self._ref_stack[depth:]
-                if name in opt.get("required", []) and ("const" in sub_r or len(sub_r.get("enum", [])) == 1):
+                if name in req and ("const" in sub_r or len(sub_r.get("enum", [])) == 1):
                     tags.setdefault(name, []).append(sub_r["const"] if "const" in sub_r else sub_r["enum"][0])
         disc = next((n for n, vs in tags.items()
                      if len(vs) == len(options) and len({jkey(v) for v in vs}) == len(vs)), None)
@@ -519,6 +522,8 @@ def _ceil(x: float) -> int:
 
 #: the deepest nesting of JSON containers a declaration may have (the compiler recurses over it)
 MAX_NESTING = 128
+#: the largest minLength/maxLength/minItems/maxItems/minProperties/maxProperties read (2**31 - 1)
+MAX_COUNT = 2**31 - 1
 
 _NUMBER_KEYWORDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
 _COUNT_KEYWORDS = ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties")
@@ -586,6 +591,9 @@ def _check_keyword_types(schema: dict[str, Any], where: str) -> None:
                 v = int(v)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise DeclarationError(f"{key} must be a non-negative integer", pointer=f"{where}/{key}", found=v)
+            if v > MAX_COUNT:
+                raise UnsupportedKeyword(f"{key} above {MAX_COUNT:,} is not supported", pointer=f"{where}/{key}",
+                                         found=v, hint="leave it out: no string or array that long is written")
     for key in _STRING_KEYWORDS:
         if key in schema and not isinstance(schema[key], str):
             raise DeclarationError(f"{key} must be a string", pointer=f"{where}/{key}", found=schema[key])
@@ -596,6 +604,9 @@ def _check_keyword_types(schema: dict[str, Any], where: str) -> None:
         if key in schema and not isinstance(schema[key], dict):
             raise DeclarationError(f"{key} must be an object", pointer=f"{where}/{key}", found=schema[key])
     typ = schema.get("type")
+    if "type" in schema and typ is None:
+        raise DeclarationError("type must be a type name or a list of them", pointer=f"{where}/type", found=typ,
+                               hint='"null" (a string) is the type of null')
     if typ is not None and not isinstance(typ, str) and not (
             isinstance(typ, list) and all(isinstance(t, str) for t in typ)):
         raise DeclarationError("type must be a type name or a list of them", pointer=f"{where}/type", found=typ)

@@ -216,3 +216,17 @@ def test_shrink_finds_a_minimal_infeasible_subset(seed: int) -> None:
     for x in out:
         assert feasible([y for y in out if y != x])
     assert len(out) == len(set(out))
+
+
+@pytest.mark.parametrize("doc, at", [
+    ({"properties": {}, "type": None}, "#/type"),  # found by the 100,000-case run (a real Github schema, mutated)
+    ({"type": "string", "maxLength": 2**63}, "#/maxLength"),
+    ({"oneOf": [{"type": "object", "required": 3, "properties": {"k": {"const": "a"}}},
+                {"type": "object", "required": ["k"], "properties": {"k": {"const": "b"}}}]}, "#/oneOf"),
+])
+def test_cases_the_long_run_found(doc: dict, at: str, vocab: Vocabulary) -> None:
+    out = fuzz.check(doc, vocab)
+    assert out["status"] == "refused", out
+    with pytest.raises(DeclarationError) as e:
+        Layout(Spec.from_json(doc))
+    assert e.value.pointer == at
