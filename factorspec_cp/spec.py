@@ -217,8 +217,8 @@ class Spec:
         on ``ignored``; ``strict=True`` refuses them with :class:`UnsupportedKeyword`."""
         if not isinstance(doc, Mapping):
             raise DeclarationError("a declaration must be a JSON object", pointer="#", found=doc)
-        check_json(dict(doc))
         x = doc.get("x-factorspec", {})
+        check_json(x, "#/x-factorspec")  # the schema is checked by the constructor, before its deep copy
         if not isinstance(x, Mapping):
             raise DeclarationError("x-factorspec must be an object", pointer="#/x-factorspec", found=x)
         unknown = set(x) - _XKEYS

@@ -134,14 +134,42 @@ class Backend(ABC):
 MAX_MAGNITUDE = 2**62
 
 
-class MagnitudeCheck(Context):
+class NullContext(Context):
+    """A context whose condition never holds: everything added to it is vacuous."""
+
+    def __init__(self, fields: Any):
+        self.fields = fields
+
+    def add_linear(self, terms: Sequence[Term], op: str, rhs: int) -> None:
+        pass
+
+    def add_all_different(self, paths: Sequence[str]) -> None:
+        pass
+
+    def add_table(self, paths: Sequence[str], rows: Sequence[Sequence[Any]], allow: bool) -> None:
+        pass
+
+    def add_count(self, paths: Sequence[str], value: Any, op: str, rhs: int) -> None:
+        pass
+
+    def add_any(self, branches: Sequence[Callable[[Context], None]]) -> None:
+        pass
+
+    def when(self, literals: Sequence[Literal]) -> Context:
+        return self
+
+    def post(self, relation: Any) -> None:
+        pass
+
+
+class MagnitudeCheck(NullContext):
     """A context that encodes nothing and checks that no linear constraint can leave :data:`MAX_MAGNITUDE`: each
     sum's largest possible value (|coefficient| x the largest |value| of its field, and |rhs|) must stay within it.
     Relations encode themselves into it once, at declaration time, so an overflow is a typed error naming the
     relation instead of a solver failure later."""
 
     def __init__(self, fields: Mapping[str, Field], where: str):
-        self.fields = fields
+        super().__init__(fields)
         self.where = where
         self._largest: dict[tuple[str, int], int] = {}
 
@@ -167,21 +195,9 @@ class MagnitudeCheck(Context):
                                    found={"terms": [[t.coef, t.path] for t in terms[:6]], "rhs": rhs},
                                    hint="scale the coefficients and constants down, or narrow the fields' bounds")
 
-    def add_all_different(self, paths: Sequence[str]) -> None:
-        pass
-
-    def add_table(self, paths: Sequence[str], rows: Sequence[Sequence[Any]], allow: bool) -> None:
-        pass
-
-    def add_count(self, paths: Sequence[str], value: Any, op: str, rhs: int) -> None:
-        pass
-
     def add_any(self, branches: Sequence[Callable[[Context], None]]) -> None:
         for b in branches:
             b(self)
-
-    def when(self, literals: Sequence[Literal]) -> Context:
-        return self
 
     def post(self, relation: Any) -> None:
         try:

@@ -13,8 +13,18 @@ from ortools.sat.python import cp_model
 
 from ..relations import Literal, Term
 from ..schema import jkey
-from .base import Allowed, Backend, Context, Excluded, Fixed, count_bounds, index_domains, weights, weights_memo
-from .sat import NullContext
+from .base import (
+    Allowed,
+    Backend,
+    Context,
+    Excluded,
+    Fixed,
+    NullContext,
+    count_bounds,
+    index_domains,
+    weights,
+    weights_memo,
+)
 
 if TYPE_CHECKING:
     from ..spec import Instance, Spec

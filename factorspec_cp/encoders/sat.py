@@ -19,7 +19,18 @@ from pysat.solvers import Solver
 from ..errors import BackendUnsupported
 from ..relations import Literal, Term, compare, relation_has_sat
 from ..schema import jkey
-from .base import Allowed, Backend, Context, Excluded, Fixed, count_bounds, index_domains, weights, weights_memo
+from .base import (
+    Allowed,
+    Backend,
+    Context,
+    Excluded,
+    Fixed,
+    NullContext,
+    count_bounds,
+    index_domains,
+    weights,
+    weights_memo,
+)
 
 if TYPE_CHECKING:
     from ..spec import Instance, Spec
@@ -264,34 +275,6 @@ class SatContext(Context):
                 return NullContext(self.fields)
             extra.extend(x for k, x in enumerate(self.enc.lits[lit.field]) if k not in allowed)
         return SatContext(self.enc, (*self.prefix, *extra))
-
-
-class NullContext(Context):
-    """A context whose condition never holds: everything added to it is vacuous."""
-
-    def __init__(self, fields: Any):
-        self.fields = fields
-
-    def add_linear(self, terms: Sequence[Term], op: str, rhs: int) -> None:
-        pass
-
-    def add_all_different(self, paths: Sequence[str]) -> None:
-        pass
-
-    def add_table(self, paths: Sequence[str], rows: Sequence[Sequence[Any]], allow: bool) -> None:
-        pass
-
-    def add_count(self, paths: Sequence[str], value: Any, op: str, rhs: int) -> None:
-        pass
-
-    def add_any(self, branches: Sequence[Callable[[Context], None]]) -> None:
-        pass
-
-    def when(self, literals: Sequence[Literal]) -> Context:
-        return self
-
-    def post(self, relation: Any) -> None:
-        pass
 
 
 class SatBackend(Backend):

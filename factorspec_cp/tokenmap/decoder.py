@@ -431,14 +431,20 @@ class Decoder:
             nxt = self.layout.allowed_next_bytes(after, admissible=f)
             if not nxt:
                 return bytes(out) if self.layout.accepting(after, admissible=f) else None
-            if len(nxt) != 1:
+            step = self._only_byte(after, nxt, f)
+            if step is None:
                 return None
-            (b,) = nxt
-            after = self.layout.advance(after, bytes((b,)), admissible=f)
-            if after is None or after.events:
-                return None
+            b, after = step
             out.append(b)
         return None
+
+    def _only_byte(self, st: State, nxt: frozenset[int], f: Any) -> tuple[int, State] | None:
+        """The one next byte ``nxt`` holds and the state after it, where taking it completes no value."""
+        if len(nxt) != 1:
+            return None
+        (b,) = nxt
+        st2 = self.layout.advance(st, bytes((b,)), admissible=f)
+        return None if st2 is None or st2.events else (b, st2)
 
     def _suffix_ok(self, after: State, rest: bytes, ctx: tuple[Any, ...], f: Any) -> bool:
         if not rest:
@@ -507,14 +513,10 @@ class Decoder:
                     return None
                 tables = self._c.string_masks(slot).tables
                 return tables, (bytes(before), tail, slot.dfa.min_len, slot.dfa.max_len)
-            nxt = self.layout.allowed_next_bytes(st, admissible=f)
-            if len(nxt) != 1:
+            step = self._only_byte(st, self.layout.allowed_next_bytes(st, admissible=f), f)
+            if step is None:
                 return None
-            (b,) = nxt
-            st2 = self.layout.advance(st, bytes((b,)), admissible=f)
-            if st2 is None or st2.events:
-                return None
-            st = st2
+            b, st = step
             before.append(b)
         return None
 

@@ -301,9 +301,12 @@ class StringMasks:
         key = (rid, sig.key_in, sig.key_ex, place)
         row = rows.get(key)
         if row is not None:
-            with tables.lock:
-                if key in rows:
-                    rows.move_to_end(key)
+            if rows is self._rows:  # this declaration's own: no lock on the in-string hot path
+                rows.move_to_end(key)
+            else:
+                with tables.lock:
+                    if key in rows:
+                        rows.move_to_end(key)
             return row
         base = self._inside_row(t, sig)
         ekey = (rid, sig.key_ex, place)
