@@ -187,10 +187,13 @@ class ArrayNode:
 
 @dataclass(eq=False)
 class UnionNode:
+    """``anyOf`` / ``oneOf`` / a list of types / an untyped schema: a record takes one branch. ``discriminator``
+    names the property whose const value (one of ``tags``) picks an object branch; ``None``: branches of any kind,
+    the first that fits a value renders it (``oneOf`` compiles only where its branches are disjoint)."""
     pointer: str
-    branches: list[ObjectNode]
-    discriminator: str  # the property whose const value picks the branch
-    tags: list[Any]
+    branches: list[Node]
+    discriminator: str | None = None
+    tags: list[Any] = field(default_factory=list)
 
 
 Node = Union[Leaf, ObjectNode, ArrayNode, UnionNode]
@@ -217,6 +220,23 @@ _ARRAY_KEYS = {"type", "items", "minItems", "maxItems"}
 _INTEGER_KEYS = {"type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
 _STRING_KEYS = {"type", "maxLength", "minLength", "pattern"}
 _NUMBER_KEYS = {"type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
+#: JSON types in the order a union of them is laid out; "integer" is a kind of "number".
+JSON_TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
+#: The keywords JSON Schema applies only to values of one type (a value of another type passes them).
+_TYPE_VOCABULARY = {
+    "string": frozenset({"maxLength", "minLength", "pattern", "format"}),
+    "number": frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}),
+    "object": frozenset({"properties", "required", "additionalProperties", "patternProperties", "minProperties",
+                         "maxProperties", "dependentRequired", "dependencies", "dependentSchemas", "propertyNames",
+                         "unevaluatedProperties"}),
+    "array": frozenset({"items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "contains",
+                        "minContains", "maxContains", "unevaluatedItems"}),
+}
+_TYPE_SPECIFIC = frozenset().union(*_TYPE_VOCABULARY.values())
+#: How deep values of an untyped schema (any JSON value) nest: below that, their arrays are empty.
+ANY_DEPTH = 3
+_DRAFT7_CONTENT = frozenset({"contentMediaType", "contentEncoding"})
+_ALL_KINDS = frozenset({"null", "boolean", "number", "string", "array", "object"})
 
 
 class _Compiler:
@@ -235,6 +255,11 @@ class _Compiler:
         self.free: dict[str, FreeField] = {}
         self.nodes: dict[str, Node] = {}
         self._ref_stack: list[str] = []
+        self._any_depth = 0  # untyped schemas (any value) being compiled, one inside another
+        # draft 7 lets contentMediaType / contentEncoding assert (2020-12 makes them annotations): under a draft-7
+        # $schema they are refused like every constraining keyword we do not enforce
+        dialect = doc.get("$schema")
+        self._asserting = _DRAFT7_CONTENT if isinstance(dialect, str) and "draft-07" in dialect else frozenset()
 
     # -- helpers --------------------------------------------------------------------------------------------------
     def _check_keys(self, schema: dict[str, Any], allowed: set[str], where: str) -> None:
@@ -243,7 +268,7 @@ class _Compiler:
                 continue
             if key == "x-factorspec" and where == "#":
                 continue
-            if constrains(key, schema[key]):
+            if constrains(key, schema[key]) or key in self._asserting:
                 raise UnsupportedKeyword(
                     f"keyword {key!r} is not supported here", pointer=f"{where}/{escape(key)}", found=schema[key],
                     hint=f"supported at this place: {', '.join(sorted(allowed))} (keywords that constrain nothing "
@@ -262,8 +287,10 @@ class _Compiler:
     def _resolve(self, schema: Any, where: str) -> tuple[dict[str, Any], str]:
         if not isinstance(schema, dict):
             if schema is True:
-                raise UnsupportedKeyword("the schema `true` (any value) has no layout", pointer=where,
-                                         hint="give the value a type")
+                return {}, where  # any value
+            if schema is False:
+                raise UnsupportedKeyword("the schema `false` (no value) has no layout", pointer=where,
+                                         hint="leave the property out")
             raise DeclarationError("a schema must be an object", pointer=where, found=schema)
         while "$ref" in schema:
             ref = schema["$ref"]
@@ -301,22 +328,34 @@ class _Compiler:
         return node
 
     def _node(self, schema: dict[str, Any], pointer: str, where: str, conditional: bool) -> Node:
+        if "allOf" in schema:
+            return self._all_of(schema, pointer, where, conditional)
         if "anyOf" in schema or "oneOf" in schema:
             return self._union(schema, pointer, where, conditional)
         if "const" in schema or "enum" in schema:
             return self._enum(schema, pointer, where, conditional)
         typ = schema.get("type")
         if typ is None:
-            if "properties" in schema:
+            if "properties" in schema:  # narrowed to objects (the records we emit are objects there)
                 typ = "object"
-            elif "items" in schema:
+            elif "items" in schema:  # likewise arrays
                 typ = "array"
-            else:
-                raise UnsupportedKeyword("a schema without `type`, `enum` or `const` has no layout",
-                                         pointer=where, found=schema, hint='add e.g. "type": "string"')
+            else:  # any JSON value: a union over every type, each under the keywords of its type
+                self._any_depth += 1
+                try:
+                    return self._typed_union(schema, ["null", "boolean", "number", "string", "array", "object"],
+                                             pointer, where, conditional)
+                finally:
+                    self._any_depth -= 1
         if isinstance(typ, list):
-            raise UnsupportedKeyword("a list of types is not supported", pointer=f"{where}/type", found=typ,
-                                     hint="use anyOf of objects distinguished by a const field, or one type")
+            return self._typed_union(schema, typ, pointer, where, conditional)
+        if isinstance(typ, str):  # a keyword of another type's vocabulary constrains nothing here
+            vocab = _TYPE_VOCABULARY.get("number" if typ == "integer" else typ, frozenset())
+            stray = [k for k in schema if k in _TYPE_SPECIFIC and k not in vocab]
+            for k in stray:
+                self._ignore(where, k, schema[k])
+            if stray:
+                schema = {k: v for k, v in schema.items() if k not in stray}
         if typ == "object":
             return self._object(schema, pointer, where, conditional)
         if typ == "array":
@@ -443,10 +482,18 @@ class _Compiler:
 
     def _array(self, schema: dict[str, Any], pointer: str, where: str, conditional: bool) -> ArrayNode:
         self._check_keys(schema, _ARRAY_KEYS, where)
-        if "items" not in schema:
-            raise UnsupportedKeyword("an array needs `items`", pointer=where, hint='add "items": {...}')
         lo = schema.get("minItems", 0)
         hi = schema.get("maxItems")
+        items = schema.get("items", True)  # no `items`: items of any value
+        if items is True or items == {}:
+            if self._any_depth >= ANY_DEPTH:  # any values nested this deep: the array is empty (narrowing)
+                if lo:
+                    raise UnsupportedKeyword(f"an array of any values nested more than {ANY_DEPTH} deep needs items",
+                                             pointer=where, hint='give it "items"')
+                hi = 0
+                schema = {**schema, "items": {"type": "null"}}  # a template no record uses
+            else:
+                schema = {**schema, "items": {}}
         for key, val in (("minItems", lo), ("maxItems", hi)):
             if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val < 0):
                 raise DeclarationError(f"{key} must be a non-negative integer", pointer=f"{where}/{key}", found=val)
@@ -464,22 +511,213 @@ class _Compiler:
                 elements.append(self.node(schema["items"], f"{pointer}/{i}", f"{where}/items", conditional or i >= lo))
         return ArrayNode(pointer, template, lo, hi, elements)
 
+    def _typed_union(self, schema: dict[str, Any], types: list[Any], pointer: str, where: str,
+                     conditional: bool) -> Node:
+        """A list of types (or an untyped schema: every type): one branch per type, each with the keywords of its
+        type's vocabulary and every keyword that is not type-specific."""
+        if not types or any(t not in JSON_TYPES for t in types):
+            raise DeclarationError("type must list JSON types", pointer=f"{where}/type", found=types,
+                                   hint=", ".join(JSON_TYPES))
+        if len(set(types)) != len(types):
+            raise DeclarationError("type lists a type twice", pointer=f"{where}/type", found=types)
+        if "number" in types and "integer" in types:  # every integer is a number
+            types = [t for t in types if t != "integer"]
+        branches = []
+        for t in types:
+            vocab = _TYPE_VOCABULARY.get("number" if t == "integer" else t, frozenset())
+            sub = {k: v for k, v in schema.items() if k != "type" and (k in vocab or k not in _TYPE_SPECIFIC)}
+            sub["type"] = t
+            if len(types) == 1:
+                return self._node(sub, pointer, where, conditional)
+            branches.append(self._node(sub, pointer, where, True))
+        return UnionNode(pointer, branches)
+
+    def _all_of(self, schema: dict[str, Any], pointer: str, where: str, conditional: bool) -> Node:
+        """allOf: every part merged into one schema (keyword by keyword, :meth:`_merge`), then compiled."""
+        parts = schema["allOf"]
+        if not isinstance(parts, list) or not parts:
+            raise DeclarationError("allOf must be a non-empty list", pointer=f"{where}/allOf", found=parts)
+        depth = len(self._ref_stack)
+        try:
+            merged: dict[str, Any] | None = {k: v for k, v in schema.items() if k != "allOf"}
+            for k, part in enumerate(parts):
+                opt, _ = self._resolve(part, f"{where}/allOf/{k}")
+                merged = self._merge(merged, opt, f"{where}/allOf/{k}")  # type: ignore[arg-type]
+                if merged is None:
+                    raise DeclarationError("no value satisfies every part of allOf", pointer=f"{where}/allOf")
+            return self._node(merged, pointer, where, conditional)
+        finally:
+            del self._ref_stack[depth:]
+
+    def _merge(self, a: dict[str, Any], b: dict[str, Any], where: str) -> dict[str, Any] | None:
+        """The schema both ``a`` and ``b`` describe (their ``allOf``), or ``None`` where no value satisfies both.
+        Keywords on one side are taken; on both sides, the ones with a known meet are met (types intersected,
+        bounds tightened, required and enum values joined and intersected, properties and items met as allOf);
+        any other keyword on both sides with different values is refused."""
+        out = {k: v for k, v in a.items() if k not in ("$defs", "definitions")}
+        for k, v in b.items():
+            if k in ("$defs", "definitions"):
+                continue
+            if k not in out:
+                out[k] = v
+                continue
+            u = out[k]
+            if u == v or not (constrains(k, u) or constrains(k, v)):
+                continue
+            if k == "type":
+                ta, tb = (x if isinstance(x, list) else [x] for x in (u, v))
+                both = [t for t in ta if t in tb or (t == "integer" and "number" in tb)]
+                both += [t for t in tb if t == "integer" and "number" in ta and t not in both]
+                if not both:
+                    return None
+                out[k] = both if len(both) > 1 else both[0]
+            elif k in ("minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties") and _numbers(u, v):
+                out[k] = max(u, v)
+            elif k in ("maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties") and _numbers(u, v):
+                out[k] = min(u, v)
+            elif k == "required" and isinstance(u, list) and isinstance(v, list):
+                out[k] = list(dict.fromkeys([*u, *v]))
+            elif k == "properties" and isinstance(u, dict) and isinstance(v, dict):
+                out[k] = {**u, **{n: ({"allOf": [u[n], s]} if n in u else s) for n, s in v.items()}}
+            elif k == "items" and isinstance(u, (dict, bool)) and isinstance(v, (dict, bool)):
+                out[k] = {"allOf": [u, v]}
+            elif k == "additionalProperties" and isinstance(u, bool) and isinstance(v, bool):
+                out[k] = u and v
+            elif k in ("enum", "const"):
+                pass  # met below, with the other one
+            else:
+                raise UnsupportedKeyword(f"keyword {k!r} on both sides of allOf (or beside anyOf/oneOf) with "
+                                         "different values is not supported", pointer=f"{where}/{escape(k)}",
+                                         found=[u, v], hint="state it once")
+        sets = [s for s in (a, b) if "enum" in s or "const" in s]
+        if len(sets) == 2 or ("enum" in out and "const" in out):
+            vals: list[Any] | None = None
+            for s in (a, b):
+                for key in ("const", "enum"):
+                    if key in s:
+                        got = [s["const"]] if key == "const" else s["enum"]
+                        if not isinstance(got, list):
+                            return out  # the enum's own check names what is wrong
+                        vals = list(got) if vals is None else [x for x in vals if any(_same(x, y) for y in got)]
+            out.pop("const", None)
+            if not vals:
+                return None
+            out["enum"] = vals
+        for side in (a, b):  # additionalProperties: false on a side admits only that side's properties
+            if side.get("additionalProperties") is False and isinstance(side.get("properties", {}), dict):
+                names = set(side.get("properties", {}))
+                props = out.get("properties", {})
+                if isinstance(props, dict):
+                    out["properties"] = {n: s for n, s in props.items() if n in names}
+                req = out.get("required", [])
+                if isinstance(req, list) and any(isinstance(r, str) and r not in names for r in req):
+                    return None
+        return out
+
+    def _kinds(self, schema: Any, where: str, depth: int = 0) -> frozenset[str]:
+        """The JSON kinds (null, boolean, number, string, array, object) a schema's values may have (a superset)."""
+        if depth > 16:
+            return _ALL_KINDS
+        at = len(self._ref_stack)
+        try:
+            schema, where = self._resolve(schema, where)
+        except DeclarationError:
+            return _ALL_KINDS
+        finally:
+            del self._ref_stack[at:]
+        vals = _values(schema)
+        if vals is not None:
+            return frozenset(_kind(v) for v in vals)
+        typ = schema.get("type")
+        kinds = _ALL_KINDS if typ is None else frozenset(
+            "number" if t == "integer" else t for t in (typ if isinstance(typ, list) else [typ]))
+        for key in ("anyOf", "oneOf"):
+            if isinstance(schema.get(key), list):
+                kinds &= frozenset().union(*(self._kinds(o, where, depth + 1) for o in schema[key]))
+        for part in schema.get("allOf", []) if isinstance(schema.get("allOf"), list) else []:
+            kinds &= self._kinds(part, where, depth + 1)
+        return kinds
+
+    def _sub(self, schema: Any, where: str) -> dict[str, Any] | None:
+        """``schema`` resolved, or ``None`` where it does not resolve (the compile names what is wrong)."""
+        at = len(self._ref_stack)
+        try:
+            return self._resolve(schema, where)[0]
+        except DeclarationError:
+            return None
+        finally:
+            del self._ref_stack[at:]
+
+    def _emitted_kinds(self, schema: dict[str, Any], where: str) -> frozenset[str]:
+        """The kinds of the values the compiled layout of ``schema`` emits (a superset): its kinds, with an untyped
+        schema that has ``properties`` (``items``) narrowed to objects (arrays), as :meth:`_node` compiles it."""
+        if "type" not in schema and _values(schema) is None and not any(
+                k in schema for k in ("anyOf", "oneOf", "allOf")):
+            if "properties" in schema:
+                return frozenset({"object"})
+            if "items" in schema:
+                return frozenset({"array"})
+        return self._kinds(schema, where)
+
+    def _excludes(self, a: dict[str, Any], b: dict[str, Any], where: str) -> bool:
+        """Whether no value the compiled layout of ``a`` emits satisfies ``b`` (sound, incomplete): kinds apart,
+        enums apart, or, for objects, a property ``b`` requires that ``a`` never writes, or one ``a`` always writes
+        with a value ``b`` does not allow there. Failing those, ``a`` is narrowed (in place) where that makes it so:
+        a property ``b`` requires that is optional in ``a`` is left out of ``a``; a property both declare with enums
+        apart that is optional in ``a`` becomes required in ``a``. Narrowing is allowed: each record still holds."""
+        if not self._emitted_kinds(a, where) & self._kinds(b, where):
+            return True
+        va, vb = _values(a), _values(b)
+        if va is not None and vb is not None:
+            return not any(_same(x, y) for x in va for y in vb)
+        if self._emitted_kinds(a, where) != {"object"} or any(k in a for k in ("anyOf", "oneOf", "allOf")):
+            return False
+        pa, pb = a.get("properties", {}), b.get("properties", {})
+        ra, rb = a.get("required", []), b.get("required", [])
+        if not (isinstance(pa, dict) and isinstance(pb, dict) and isinstance(ra, list) and isinstance(rb, list)):
+            return False
+        if any(isinstance(r, str) and r not in pa for r in rb):  # a writes only the properties it declares
+            return True
+
+        def apart(n: str) -> bool:
+            sa, sb = self._sub(pa[n], where), self._sub(pb[n], where)
+            xa, xb = (None if x is None else _values(x) for x in (sa, sb))
+            return xa is not None and xb is not None and not any(_same(x, y) for x in xa for y in xb)
+
+        both = [n for n in pa if n in pb]
+        if any(n in ra and apart(n) for n in both):
+            return True
+        drop = next((r for r in rb if isinstance(r, str) and r in pa and r not in ra), None)
+        if drop is not None:
+            a["properties"] = {n: v for n, v in pa.items() if n != drop}
+            return True
+        tag = next((n for n in both if n not in ra and apart(n)), None)
+        if tag is not None:
+            a["required"] = [*ra, tag]
+            return True
+        return False
+
     def _union(self, schema: dict[str, Any], pointer: str, where: str, conditional: bool) -> UnionNode:
         key = "anyOf" if "anyOf" in schema else "oneOf"
-        self._check_keys(schema, {key}, where)
+        if "anyOf" in schema and "oneOf" in schema:
+            raise UnsupportedKeyword("anyOf beside oneOf is not supported", pointer=f"{where}/oneOf",
+                                     hint="nest one inside an allOf part")
         options = schema[key]
         if not isinstance(options, list) or not options:
             raise DeclarationError(f"{key} must be a non-empty list", pointer=f"{where}/{key}", found=options)
+        rest = {k: v for k, v in schema.items() if k not in (key, "$defs", "definitions")}
+        for k in [k for k, v in rest.items() if not constrains(k, v) and k not in self._asserting]:
+            self._ignore(where, k, rest.pop(k))
         depth = len(self._ref_stack)
         resolved = []
         for k, o in enumerate(options):
             resolved.append(self._resolve(o, f"{where}/{key}/{k}"))
             del self._ref_stack[depth:]
+        if rest or not all(opt.get("type", "object" if "properties" in opt else None) == "object"
+                           for opt, _ in resolved):
+            return self._general_union(key, options, rest, pointer, where)
         tags: dict[str, list[Any]] = {}
         for k, (opt, _) in enumerate(resolved):
-            if opt.get("type", "object" if "properties" in opt else None) != "object":
-                raise UnsupportedKeyword(f"{key} is supported only over objects distinguished by a const property",
-                                         pointer=f"{where}/{key}/{k}", found=opt.get("type"))
             props, req = opt.get("properties", {}), opt.get("required", [])
             if not isinstance(props, dict) or not isinstance(req, list):
                 continue  # no tag here; the branch's own compile below names what is wrong
@@ -491,9 +729,8 @@ class _Compiler:
         disc = next((n for n, vs in tags.items()
                      if len(vs) == len(options) and len({jkey(v) for v in vs}) == len(vs)), None)
         if disc is None:
-            raise UnsupportedKeyword(f"{key} branches need a required const property with a distinct value in each",
-                                     pointer=f"{where}/{key}", hint='e.g. "name": {"const": "get_weather"}')
-        branches = []
+            return self._general_union(key, options, rest, pointer, where)
+        branches: list[Node] = []
         for k, option in enumerate(options):
             node = self.node(option, pointer, f"{where}/{key}/{k}", True)
             assert isinstance(node, ObjectNode)
@@ -503,6 +740,81 @@ class _Compiler:
         tag_ptr = f"{pointer}/{escape(disc)}"
         self.fields[tag_ptr] = Field(tag_ptr, tuple(tags[disc]), "enum", conditional=True)
         return UnionNode(pointer, branches, disc, tags[disc])
+
+    def _general_union(self, key: str, options: list[Any], rest: dict[str, Any], pointer: str,
+                       where: str) -> UnionNode:
+        """anyOf / oneOf over any branches, the keywords beside it merged into each (``allOf`` distributes over
+        ``anyOf``). ``oneOf`` compiles only where no value a branch emits satisfies another branch
+        (:meth:`_excludes`, which may narrow a branch to make it so): its exclusivity is then kept exactly."""
+        merged = []
+        for k, o in enumerate(options):
+            at = f"{where}/{key}/{k}"
+            depth = len(self._ref_stack)
+            opt, w = self._resolve(o, at)
+            m = self._merge(rest, opt, at) if rest else opt
+            merged.append((m, w, list(self._ref_stack[depth:])))
+            del self._ref_stack[depth:]
+        if key == "oneOf":  # every value a branch emits must fail every other branch
+            full = [m for m, _, _ in merged]  # what each branch means; ``merged`` becomes what each emits
+            merged = [(None if m is None else dict(m), w, refs) for m, w, refs in merged]
+            for i in range(len(merged)):
+                for j in range(len(merged)):
+                    a, b = merged[i][0], full[j]
+                    if i != j and a is not None and b is not None and not self._excludes(a, b, where):
+                        raise UnsupportedKeyword("oneOf branches that may both hold for one value are not "
+                                                 "supported (their exclusivity would not be kept)",
+                                                 pointer=f"{where}/oneOf", found=[i, j],
+                                                 hint="make the branches disjoint (different types, or a required "
+                                                      "const property), or use anyOf if overlap is fine")
+        branches: list[Node] = []
+        for m, w, refs in merged:
+            if m is None:  # no value satisfies this branch beside its siblings
+                continue
+            depth = len(self._ref_stack)
+            self._ref_stack.extend(refs)
+            try:
+                branches.append(self.node(m, pointer, w, True))
+            finally:
+                del self._ref_stack[depth:]
+        if not branches:
+            raise DeclarationError(f"no branch of {key} can hold beside the keywords next to it", pointer=where)
+        return UnionNode(pointer, branches)
+
+
+def _numbers(*xs: Any) -> bool:
+    return all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs)
+
+
+def _kind(v: Any) -> str:
+    if isinstance(v, bool):
+        return "boolean"
+    if v is None:
+        return "null"
+    if isinstance(v, (int, float)):
+        return "number"
+    if isinstance(v, str):
+        return "string"
+    return "array" if isinstance(v, list) else "object"
+
+
+def _same(x: Any, y: Any) -> bool:
+    """JSON equality (``1 == 1.0``, ``1 != true``)."""
+    if _kind(x) != _kind(y):
+        return False
+    if isinstance(x, list):
+        return len(x) == len(y) and all(_same(p, q) for p, q in zip(x, y))
+    if isinstance(x, dict):
+        return x.keys() == y.keys() and all(_same(x[n], y[n]) for n in x)
+    return bool(x == y)
+
+
+def _values(schema: dict[str, Any]) -> list[Any] | None:
+    """The values a schema's ``const`` / ``enum`` allows (``None``: no such keyword)."""
+    if "const" in schema:
+        return [schema["const"]]
+    if isinstance(schema.get("enum"), list):
+        return list(schema["enum"])
+    return None
 
 
 def _has_type(v: Any, typ: Any) -> bool:

@@ -60,14 +60,34 @@ DECLS: dict[str, dict[str, Any]] = {
             "t": {"const": "circle"}, "r": {"type": "integer", "minimum": 1, "maximum": 9}}},
         {"type": "object", "required": ["t", "w", "h"], "properties": {
             "t": {"const": "rect"}, "w": {"enum": [1, 2]}, "h": {"enum": [1, 2]}}}]}}},
+    # unions without a discriminator: a list of types, anyOf over kinds and overlapping values, keywords beside
+    # anyOf merged into each branch, oneOf over disjoint kinds, allOf merged; a relation on the fields around them
+    "typelist": {"type": "object", "required": ["a", "b"], "properties": {
+        "a": {"type": ["boolean", "null"]},
+        "b": {"anyOf": [{"enum": ["x", "xy", 10]}, {"type": "integer", "minimum": 8, "maximum": 11},
+                        {"type": "array", "minItems": 0, "maxItems": 2, "items": {"type": ["null", "boolean"]}}]}}},
+    "mixed": {"type": "object", "required": ["n", "u", "m"], "properties": {
+        "n": {"type": "integer", "minimum": 0, "maximum": 3},
+        "u": {"oneOf": [{"type": "null"}, {"type": "object", "properties": {"k": {"enum": [1, 2]}},
+                                           "additionalProperties": False}], "required": ["k"]},
+        "m": {"allOf": [{"type": "integer", "minimum": 0, "maximum": 5}, {"maximum": 3}]}},
+        "x-factorspec": {"relations": [{"kind": "linear", "terms": [[1, "/n"], [1, "/m"]], "op": "==", "rhs": 3}]}},
 }
 
 
 # ----------------------------------------------------------------------------------------- independent enumerator
 def instances(schema: dict[str, Any]) -> list[Any]:
     """Every JSON instance of a small schema (object/array/enum/const/boolean/bounded integer/oneOf)."""
-    if "oneOf" in schema:
-        return [x for s in schema["oneOf"] for x in instances(s)]
+    # allOf / anyOf / oneOf: candidates from each part laid over the keywords beside it, kept where jsonschema
+    # judges them valid for the whole schema (a candidate set that missed valid instances would show as a mask
+    # wider than the oracle's)
+    for key in ("allOf", "oneOf", "anyOf"):
+        if key in schema:
+            rest = {k: v for k, v in schema.items() if k != key}
+            parts = schema[key][:1] if key == "allOf" else schema[key]
+            return [x for s in parts for x in instances({**rest, **s}) if _holds(x, schema)]
+    if isinstance(schema.get("type"), list):
+        return [x for t in schema["type"] for x in instances({**schema, "type": t})]
     if "const" in schema:
         return [schema["const"]]
     if "enum" in schema:
@@ -75,6 +95,8 @@ def instances(schema: dict[str, Any]) -> list[Any]:
     t = schema.get("type")
     if t == "boolean":
         return [False, True]
+    if t == "null":
+        return [None]
     if t == "integer":
         step = schema.get("multipleOf", 1)
         return [x for x in range(schema["minimum"], schema["maximum"] + 1) if x % step == 0]
@@ -91,6 +113,12 @@ def instances(schema: dict[str, Any]) -> list[Any]:
             choices.append(opts if name in req else [None, *opts])
         return [{kv[0]: kv[1] for kv in combo if kv is not None} for combo in itertools.product(*choices)]
     raise ValueError(schema)
+
+
+def _holds(x: Any, schema: dict[str, Any]) -> bool:
+    """``x`` is valid for ``schema`` (jsonschema, an implementation independent of ours)."""
+    import jsonschema
+    return jsonschema.Draft202012Validator(schema).is_valid(x)
 
 
 def flatten(x: Any, at: str = "") -> dict[str, Any]:

@@ -138,7 +138,6 @@ def test_nested_arrays_and_arrays_of_objects() -> None:
 
 
 @pytest.mark.parametrize("array, pointer", [
-    ({"type": "array"}, "#/properties/a"),
     ({"type": "array", "items": BOOL, "minItems": 3, "maxItems": 2}, "#/properties/a"),
     ({"type": "array", "items": BOOL, "minItems": -1}, "#/properties/a/minItems"),
     ({"type": "array", "items": BOOL, "maxItems": 1.5}, "#/properties/a/maxItems"),
@@ -274,21 +273,30 @@ def test_union_at_the_root() -> None:
     assert isinstance(u, UnionNode) and u.pointer == "" and u.tags == ["get_weather", "book"]
 
 
-@pytest.mark.parametrize("options, pointer", [
-    ([obj({"x": BOOL}), obj({"y": BOOL})], "#/properties/u/anyOf"),                                 # no const
-    ([obj({"k": {"const": "a"}}), obj({"k": {"const": "a"}})], "#/properties/u/anyOf"),             # same tag
-    ([obj({"k": {"const": "a"}}, []), obj({"k": {"const": "b"}}, [])], "#/properties/u/anyOf"),     # optional tag
-    ([obj({"k": {"const": "a"}}), obj({"j": {"const": "b"}})], "#/properties/u/anyOf"),             # different keys
-    ([obj({"k": {"enum": ["a", "c"]}}), obj({"k": {"const": "b"}})], "#/properties/u/anyOf"),       # not single
-    ([{"type": "string"}, {"type": "null"}], "#/properties/u/anyOf/0"),                             # not objects
-    ([obj({"k": {"const": "a"}}), {"type": "integer", "minimum": 0, "maximum": 1}], "#/properties/u/anyOf/1"),
-])
-def test_union_without_discriminator_is_an_error(options: list[Any], pointer: str) -> None:
-    with pytest.raises(UnsupportedKeyword) as info:
-        compile_schema(obj({"u": {"anyOf": options}}))
-    assert info.value.pointer == pointer
-    if pointer.endswith("anyOf"):
-        assert "const" in str(info.value) and info.value.hint and "const" in info.value.hint
+UNDISCRIMINATED = [
+    pytest.param([obj({"x": BOOL}), obj({"y": BOOL})], True, id="no-const"),  # neither writes the other's
+    pytest.param([obj({"k": {"const": "a"}}), obj({"k": {"const": "a"}})], False, id="same-tag"),
+    pytest.param([obj({"k": {"const": "a"}}, []), obj({"k": {"const": "b"}}, [])], True, id="optional-tag"),
+    pytest.param([obj({"k": {"const": "a"}}), obj({"j": {"const": "b"}})], True, id="different-keys"),
+    pytest.param([obj({"k": {"enum": ["a", "c"]}}), obj({"k": {"const": "b"}})], True, id="enums-apart"),
+    pytest.param([{"type": "string"}, {"type": "null"}], True, id="kinds-apart"),
+    pytest.param([obj({"k": {"const": "a"}}), {"type": "integer", "minimum": 0, "maximum": 1}], True,
+                 id="object-or-integer"),
+]
+
+
+@pytest.mark.parametrize("options, disjoint", UNDISCRIMINATED)
+def test_union_without_discriminator(options: list[Any], disjoint: bool) -> None:
+    """anyOf compiles without a discriminator (a general union); oneOf compiles only where no value a branch
+    emits satisfies another (after narrowing an optional tag to required), and is refused where one can."""
+    u = compile_schema(obj({"u": {"anyOf": options}})).nodes["/u"]
+    assert isinstance(u, UnionNode) and len(u.branches) == 2
+    if disjoint:
+        compile_schema(obj({"u": {"oneOf": options}}))
+    else:
+        with pytest.raises(UnsupportedKeyword) as info:
+            compile_schema(obj({"u": {"oneOf": options}}))
+        assert info.value.pointer == "#/properties/u/oneOf" and "exclusivity" in str(info.value)
 
 
 @pytest.mark.parametrize("union", [{"anyOf": []}, {"oneOf": "x"}])

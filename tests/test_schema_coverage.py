@@ -131,7 +131,7 @@ def _only_dialect(t: cov.Tally) -> None:
 def test_refusals_are_typed_and_named() -> None:
     t = suite_tally("test-suite/draft2020-12")
     assert set(t.refused_by_class) <= {"UnsupportedKeyword", "DeclarationError"}
-    assert any(r.startswith("keyword 'allOf'") for r in t.refused_by_reason)
+    assert any(r.startswith("keyword 'not'") for r in t.refused_by_reason)
     rows = [o for o in t.outcomes if o.get("status") == "refused"]
     assert rows and all(o["pointer"] is not None and o["pointer"].startswith("#") for o in rows)
 
@@ -207,8 +207,8 @@ def test_refusal_reason() -> None:
         Spec({"type": "string", "format": "ipv6"})
     assert cov.refusal_reason(e.value) == "keyword 'format'"
     with pytest.raises(UnsupportedKeyword) as e:
-        Spec({"type": "object", "anyOf": [{"type": "object"}]})
-    assert cov.refusal_reason(e.value) == "keyword 'type' beside anyOf"
+        Spec({"oneOf": [{"type": "integer"}, {"type": "number"}]})
+    assert cov.refusal_reason(e.value).startswith("oneOf branches that may both hold")
     with pytest.raises(DeclarationError) as e:
         Spec({"$ref": "http://x/y"})
     assert cov.refusal_reason(e.value) == "$ref is not a local definition"

@@ -48,6 +48,7 @@ from typing import Any
 from ..errors import DeclarationError
 from ..schema import ArrayNode, Field, FreeField, Leaf, Node, ObjectNode, UnionNode, jkey
 from ..spec import Spec
+from ..tokenmap.freeslot import FORMATS
 
 #: Records generated per compiled schema (default).
 SAMPLES = 3
@@ -99,7 +100,10 @@ def suite_items(draft: str, optional: bool, root: Path | None = None) -> Iterato
         groups = json.loads(path.read_text(encoding="utf-8"))
         rel = path.relative_to(base).as_posix()
         for g, group in enumerate(groups):
-            yield Item(id=f"{rel}#{g} {group.get('description', '')}", doc=group["schema"], parsed=True,
+            doc = group["schema"]
+            if draft == "draft7" and isinstance(doc, dict) and "$schema" not in doc:  # the folder's dialect
+                doc = {"$schema": "http://json-schema.org/draft-07/schema#", **doc}
+            yield Item(id=f"{rel}#{g} {group.get('description', '')}", doc=doc, parsed=True,
                        tests=group.get("tests", []), draft=draft)
 
 
@@ -245,6 +249,9 @@ def free_accepts(f: FreeField, v: Any, dialect: str = "ecma") -> bool:
             return False
         if len(v) < sch.get("minLength", 0) or ("maxLength" in sch and len(v) > sch["maxLength"]):
             return False
+        fmt = sch.get("format")
+        if isinstance(fmt, str) and fmt in FORMATS and re.fullmatch(FORMATS[fmt], v) is None:
+            return False
         return "pattern" not in sch or pattern_search(sch["pattern"], v, dialect)
     if typ == "integer":
         if not _is_number(v) or v != int(v):
@@ -285,6 +292,8 @@ def accepts(node: Node, v: Any, dialect: str = "ecma") -> bool:
         return all(accepts(node.elements[i] if node.elements else node.items, x, dialect)
                    for i, x in enumerate(v))
     if isinstance(node, UnionNode):
+        if node.discriminator is None:
+            return any(accepts(b, v, dialect) for b in node.branches)
         if not isinstance(v, dict) or node.discriminator not in v:
             return False
         try:

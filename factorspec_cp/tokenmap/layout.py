@@ -491,7 +491,7 @@ class Layout:
             targets, jumps = [], []
             for branch in node.branches:
                 targets.append(self._here())
-                self._object(branch, segs, depth)
+                self._compile(branch, segs, depth)
                 jumps.append(self._emit(JMP, None))
             self._code[split][1] = tuple(targets)
             end = self._here()
@@ -988,6 +988,11 @@ def _order(node: Node, value: Any, at: str) -> Any:
             raise ValueError(f"{at or '/'}: expected an array, found {value!r}")
         return [_order(node.items, x, f"{at}/{k}") for k, x in enumerate(value)]
     if isinstance(node, UnionNode):
+        if node.discriminator is None:  # the first branch whose shape the value has
+            for branch in node.branches:
+                if _fits(branch, value):
+                    return _order(branch, value, at)
+            raise ValueError(f"{at or '/'}: {value!r} fits no branch of the union")
         tag = value.get(node.discriminator) if isinstance(value, dict) else None
         for t, branch in zip(node.tags, node.branches):
             if tag is not None and jkey(t) == jkey(tag):
@@ -1002,3 +1007,33 @@ def _order(node: Node, value: Any, at: str) -> Any:
     return {p.name: _order(p.node, value[p.name], f"{at}/{escape_token(p.name)}")
             for p in node.properties if p.name in value}
 
+
+def _fits(node: Node, value: Any) -> bool:
+    """Whether ``value`` has ``node``'s shape: a field's domain, a free leaf's JSON type and string length, an
+    object's property names, an array's length, recursively (what picks a union branch to render it; patterns and
+    number bounds are not looked at)."""
+    if isinstance(node, Leaf):
+        f = node.field
+        if isinstance(f, Field):
+            return not isinstance(value, (dict, list)) and value in f
+        typ = f.type
+        if typ == "string":
+            return isinstance(value, str) and f.schema.get("minLength", 0) <= len(value) <= f.schema.get(
+                "maxLength", len(value))
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        return typ == "number" or float(value).is_integer()
+    if isinstance(node, ObjectNode):
+        if not isinstance(value, dict):
+            return False
+        names = {p.name: p for p in node.properties}
+        return (set(value) <= set(names) and all(p.name in value for p in node.properties if p.required)
+                and all(_fits(names[k].node, v) for k, v in value.items()))
+    if isinstance(node, ArrayNode):
+        if not isinstance(value, list) or len(value) < node.min_items or (
+                node.max_items is not None and len(value) > node.max_items):
+            return False
+        return all(_fits(node.elements[i] if node.elements else node.items, x) for i, x in enumerate(value))
+    if isinstance(node, UnionNode):
+        return any(_fits(b, value) for b in node.branches)
+    return False

@@ -1,0 +1,188 @@
+"""Unions, lists of types, untyped schemas and allOf, judged by ``jsonschema`` (an implementation independent of ours).
+
+For each schema, every value of a pool is rendered and fed to the byte automaton: what the automaton accepts must be
+valid (no weakening), and what is valid must be accepted unless it carries a property the schema does not declare
+(narrowing, which is allowed: a record we emit carries only declared properties) or sits below the depth bound of an
+untyped schema. Random records the layout generates must be valid too.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import jsonschema
+import pytest
+
+import factorspec_cp as fs
+from factorspec_cp.bench import coverage as cov
+from factorspec_cp.errors import DeclarationError, UnsupportedKeyword
+from factorspec_cp.schema import ANY_DEPTH, UnionNode
+from factorspec_cp.tokenmap.layout import Layout
+
+POOL: list[Any] = [
+    None, True, False, 0, 1, 2, 3, 7, 10, -1, 2.5, 1e3, "", "a", "ab", "abc", "abcd", "x", "xy", "2020-02-29",
+    "2021-02-29", [], [1], [None], [True, None], ["a", "b"], [[1]], [[[[]]]], [1, 2, 3], {}, {"k": "a"}, {"k": "b"},
+    {"k": 1}, {"k": 2}, {"k": "a", "x": True}, {"x": True}, {"y": False}, {"x": 1}, {"a": 1, "b": 2}, {"a": 1},
+    {"a": 5}, {"b": "z"}, {"a": None}, {"k": "a", "n": 3}, {"k": "b", "s": "xy"}, {"t": "a"}, {"t": "b"},
+    {"t": "a", "v": True}, {"t": "b", "v": True}, {"v": False}, {"p": 1}, {"q": 2}, {"p": 1, "q": 2},
+]
+
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "type-list": {"type": ["string", "null"], "maxLength": 2},
+    "type-list-numbers": {"type": ["integer", "boolean"], "minimum": 1, "maximum": 3},
+    "integer-and-number": {"type": ["integer", "number"], "maximum": 2},
+    "untyped": {},
+    "property-true": {"type": "object", "required": ["a"], "properties": {"a": True}},
+    "untyped-keywords": {"minLength": 2, "maximum": 2, "description": "anything"},
+    "untyped-format": {"format": "date"},
+    "array-without-items": {"type": "array", "maxItems": 2},
+    "anyOf-kinds": {"anyOf": [{"type": "string", "maxLength": 1}, {"type": "integer", "minimum": 0, "maximum": 3},
+                              {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 2}}]},
+    "anyOf-overlap": {"anyOf": [{"enum": [1, 2, "a"]}, {"type": "integer", "minimum": 2, "maximum": 3}]},
+    "anyOf-siblings": {"type": "object", "required": ["k"], "properties": {"k": {"enum": ["a", "b"]}},
+                       "anyOf": [{"properties": {"k": {"const": "a"}, "n": {"type": "integer", "minimum": 0,
+                                                                            "maximum": 5}}},
+                                 {"properties": {"k": {"const": "b"}, "s": {"type": "string"}}}]},
+    "oneOf-kinds": {"oneOf": [{"type": "null"}, {"type": "object", "required": ["k"],
+                                                 "properties": {"k": {"enum": ["a", "b"]}}}]},
+    "oneOf-enums": {"oneOf": [{"enum": [1, "a"]}, {"enum": [2, "b"]}]},
+    "oneOf-tags": {"type": "object", "oneOf": [
+        {"required": ["k"], "properties": {"k": {"const": "a"}, "x": {"type": "boolean"}}},
+        {"required": ["k"], "properties": {"k": {"const": "b"}, "s": {"type": "string", "maxLength": 2}}}]},
+    "oneOf-required": {"type": "object", "properties": {"p": {"type": "integer", "minimum": 0, "maximum": 3},
+                                                        "q": {"type": "integer", "minimum": 0, "maximum": 3}},
+                       "oneOf": [{"required": ["p"]}, {"required": ["q"]}]},
+    "oneOf-optional-tags": {"type": "object", "oneOf": [
+        {"properties": {"t": {"enum": ["a"]}, "v": {"type": "boolean"}}}, {"properties": {"t": {"enum": ["b", "c"]}}}]},
+    "allOf-bounds": {"allOf": [{"type": "integer", "minimum": 0, "maximum": 5}, {"minimum": 2}, {"maximum": 3}]},
+    "allOf-objects": {"allOf": [
+        {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9}}},
+        {"required": ["a"], "properties": {"a": {"maximum": 2}, "b": {"type": "integer", "minimum": 0,
+                                                                     "maximum": 9}}}]},
+    "allOf-closed": {"allOf": [
+        {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9}},
+         "additionalProperties": False},
+        {"properties": {"b": {"type": "integer", "minimum": 0, "maximum": 9}}}]},
+    "allOf-enums": {"allOf": [{"enum": [1, 2, "a", None]}, {"enum": [2, "a", True]}]},
+    "allOf-ref": {"$defs": {"base": {"type": "object", "properties": {"k": {"enum": ["a", "b"]}}}},
+                  "allOf": [{"$ref": "#/$defs/base"}, {"required": ["k"]}]},
+    "stray-keywords": {"type": "string", "minimum": 3, "items": {"type": "boolean"}, "maxLength": 1},
+}
+
+
+def _narrowed(name: str, v: Any) -> bool:
+    """Valid values a compiled layout need not emit (narrowing): undeclared properties; any value's objects are
+    empty objects; arrays nested past :data:`ANY_DEPTH` in an untyped schema."""
+    def depth(x: Any) -> int:
+        return 1 + max((depth(y) for y in x), default=0) if isinstance(x, list) else 0
+    if isinstance(v, dict) and v and name in ("untyped", "untyped-keywords", "untyped-format"):
+        return True
+    if isinstance(v, list) and depth(v) > ANY_DEPTH:
+        return True
+    if name in ("array-without-items",) and any(isinstance(x, dict) and x for x in v if isinstance(v, list)):
+        return True
+    if name == "property-true" and isinstance(v, dict) and (set(v) != {"a"} or isinstance(v["a"], (dict, list))):
+        return True
+    if name == "oneOf-optional-tags" and isinstance(v, dict) and v.get("t") != "a" and "v" in v:
+        return True  # valid by the second branch's additional property, which the layout does not write
+    declared = {"oneOf-required": {"p", "q"}, "oneOf-optional-tags": {"t", "v"}, "anyOf-siblings": {"k", "n", "s"}, "oneOf-kinds": {"k"}, "oneOf-tags": {"k", "x", "s"},
+                "allOf-objects": {"a", "b"}, "allOf-closed": {"a"}, "allOf-ref": {"k"}}
+    return isinstance(v, dict) and name in declared and not set(v) <= declared[name]
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMAS))
+def test_layout_agrees_with_jsonschema(name: str) -> None:
+    schema = SCHEMAS[name]
+    spec = fs.Spec(schema)
+    layout = Layout(spec)
+    validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+    for v in POOL:
+        valid = validator.is_valid(v)
+        accepted = cov.layout_accepts(layout, v)
+        assert not accepted or valid, (name, v, "accepted but invalid: a weakening")
+        if valid and not _narrowed(name, v):
+            assert accepted, (name, v, "valid but not accepted")
+    gen = cov.Generator(random.Random(7), layout)
+    for _ in range(40):
+        try:
+            rec = gen.record(spec.compiled.root)
+        except cov.GenSkip:
+            continue
+        assert validator.is_valid(rec), (name, rec)
+        assert cov.layout_accepts(layout, rec), (name, rec)
+
+
+def test_a_type_list_is_a_union_of_typed_branches() -> None:
+    u = fs.Spec({"type": ["string", "null"], "maxLength": 2}).compiled.root
+    assert isinstance(u, UnionNode) and u.discriminator is None and len(u.branches) == 2
+
+
+@pytest.mark.parametrize("schema, pointer", [
+    ({"oneOf": [{"type": "integer"}, {"type": "number"}]}, "#/oneOf"),  # every integer is a number
+    ({"oneOf": [{"type": "string"}, {"minLength": 2}]}, "#/oneOf"),  # an untyped branch holds for strings too
+    ({"oneOf": [{"enum": [1, 2]}, {"enum": [2, 3]}]}, "#/oneOf"),
+    ({"type": "object", "oneOf": [{"properties": {"a": {"const": 1}}}, {"properties": {"b": {"const": 1}}}]},
+     "#/oneOf"),  # {} holds for both
+])
+def test_oneOf_that_may_overlap_is_refused(schema: dict[str, Any], pointer: str) -> None:
+    with pytest.raises(UnsupportedKeyword) as info:
+        fs.Spec(schema)
+    assert info.value.pointer == pointer and "exclusivity" in str(info.value)
+
+
+@pytest.mark.parametrize("schema, pointer", [
+    ({"allOf": [{"type": "string"}, {"type": "integer"}]}, "#/allOf"),
+    ({"allOf": [{"enum": [1, 2]}, {"enum": [3]}]}, "#/allOf"),
+    ({"allOf": [{"type": "object", "properties": {"a": {"type": "boolean"}}, "additionalProperties": False},
+                {"required": ["b"], "properties": {"b": {"type": "boolean"}}}]}, "#/allOf"),
+    ({"type": "integer", "anyOf": [{"type": "string"}, {"type": "null"}]}, "#"),
+])
+def test_unsatisfiable_combinations_are_errors(schema: dict[str, Any], pointer: str) -> None:
+    with pytest.raises(DeclarationError) as info:
+        fs.Spec(schema)
+    assert info.value.pointer == pointer
+
+
+def test_allOf_parts_that_disagree_on_a_keyword_without_a_meet_are_refused() -> None:
+    with pytest.raises(UnsupportedKeyword) as info:
+        fs.Spec({"allOf": [{"type": "string", "pattern": "^a"}, {"pattern": "b$"}]})
+    assert info.value.pointer == "#/allOf/1/pattern"
+
+
+def test_content_keywords_assert_under_draft_7_only() -> None:
+    doc = {"type": "string", "contentMediaType": "application/json"}
+    assert ("#", "contentMediaType") in fs.Spec(doc).ignored  # 2020-12: an annotation
+    with pytest.raises(UnsupportedKeyword) as info:
+        fs.Spec({"$schema": "http://json-schema.org/draft-07/schema#", **doc})
+    assert info.value.pointer == "#/contentMediaType"
+
+
+def test_relations_may_not_read_into_a_general_union() -> None:
+    doc = {"type": "object", "required": ["u", "n"], "properties": {
+        "u": {"type": ["integer", "null"], "minimum": 0, "maximum": 3},
+        "n": {"type": "integer", "minimum": 0, "maximum": 3}},
+        "x-factorspec": {"relations": [{"kind": "compare", "left": "/u", "op": "<=", "right": "/n"}]}}
+    with pytest.raises(DeclarationError) as info:
+        fs.Spec.from_json(doc)
+    assert type(info.value).__name__ == "NotAField"
+
+
+def test_a_decoder_walks_a_union_to_valid_records() -> None:
+    """Random decoder walks over SmolLM2's vocabulary through unions of every kind end in valid records."""
+    from factorspec_cp.bench.walks import walk
+    from factorspec_cp.tokenmap import Vocabulary
+    vocab = Vocabulary.smollm2()
+    schema = {"type": "object", "required": ["a", "b", "c"], "properties": {
+        "a": {"type": ["string", "null"], "maxLength": 4},
+        "b": {"anyOf": [{"type": "integer", "minimum": 0, "maximum": 20}, {"type": "array", "maxItems": 2}]},
+        "c": {"oneOf": [{"type": "boolean"}, {"type": "object", "required": ["k"],
+                                              "properties": {"k": {"enum": ["a", "b"]}}}]}}}
+    spec = fs.Spec(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    rng = random.Random(3)
+    for mode in ("canonical", "exact"):
+        for _ in range(6):
+            out = walk(spec, vocab, mode, rng, rollback_p=0.1)
+            assert validator.is_valid(out["record"]), out["record"]
+            assert out["mismatches"] == 0
