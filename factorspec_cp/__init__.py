@@ -12,6 +12,7 @@ from .errors import (
                      BackendUnsupported,
                      DeclarationError,
                      FactorspecError,
+                     EmptySchema,
                      FreeFieldInRelation,
                      InvalidAssignment,
                      MalformedRelation,
@@ -51,5 +52,5 @@ __all__ = [
     "AllDifferent", "Table", "Linear", "Compare", "Implies", "Any_", "Element", "NoOverlap", "Count",
     "FactorspecError", "DeclarationError", "UnsupportedKeyword", "UnknownPath", "NotAField", "FreeFieldInRelation",
     "UnboundedDomain", "UnknownRelationKind", "MalformedRelation", "TypeMismatch", "TableBudgetExceeded",
-    "BackendUnsupported", "UnsatisfiableDeclaration", "InvalidAssignment",
+    "BackendUnsupported", "UnsatisfiableDeclaration", "InvalidAssignment", "EmptySchema",
 ]

@@ -83,6 +83,12 @@ class UnsatisfiableDeclaration(DeclarationError):
         super().__init__(message, **kwargs)
 
 
+class EmptySchema(DeclarationError):
+    """A schema no JSON value satisfies (``false``, an enum with no value of its type, allOf parts that exclude each
+    other). An optional property, a union branch or the items of an array that may be empty with such a schema are
+    left out instead (the record never writes them); anywhere else it is this error."""
+
+
 class InvalidAssignment(FactorspecError, ValueError):
     """``session.assign`` with a path that is not a field, or a value outside the field's domain."""
 

@@ -13,7 +13,7 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-from .errors import DeclarationError, UnsupportedKeyword
+from .errors import DeclarationError, EmptySchema, UnsupportedKeyword
 
 #: JSON Schema's own annotations (drafts 4 to 2020-12): they constrain nothing, so like every keyword that constrains
 #: nothing they are ignored and listed on ``Spec.ignored`` (refused under ``strict=True``).
@@ -235,6 +235,9 @@ _TYPE_VOCABULARY = {
 _TYPE_SPECIFIC = frozenset().union(*_TYPE_VOCABULARY.values())
 #: How deep values of an untyped schema (any JSON value) nest: below that, their arrays are empty.
 ANY_DEPTH = 3
+#: object keywords met by narrowing (see ``_Compiler._object``)
+_OBJECT_NARROWED = {"patternProperties", "minProperties", "maxProperties", "dependentRequired", "dependentSchemas",
+                    "dependencies"}
 _DRAFT7_CONTENT = frozenset({"contentMediaType", "contentEncoding"})
 _ALL_KINDS = frozenset({"null", "boolean", "number", "string", "array", "object"})
 
@@ -289,8 +292,7 @@ class _Compiler:
             if schema is True:
                 return {}, where  # any value
             if schema is False:
-                raise UnsupportedKeyword("the schema `false` (no value) has no layout", pointer=where,
-                                         hint="leave the property out")
+                raise EmptySchema("the schema `false` admits no value", pointer=where, hint="leave the property out")
             raise DeclarationError("a schema must be an object", pointer=where, found=schema)
         while "$ref" in schema:
             ref = schema["$ref"]
@@ -419,8 +421,10 @@ class _Compiler:
             if jkey(v) in seen:
                 raise DeclarationError("duplicate enum value", pointer=at, found=v)
             seen.add(jkey(v))
-            if typ is not None and not _has_type(v, typ):
-                raise DeclarationError(f"enum value is not of type {typ!r}", pointer=at, found=v)
+        if typ is not None:  # the values of the type (type and enum both hold): the others can never be written
+            values = [v for v in values if _has_type(v, typ)]
+            if not values:
+                raise EmptySchema(f"no enum value is of type {typ!r}", pointer=f"{where}/{key}", found=schema[key])
         return self._leaf(Field(pointer, tuple(values), kind, conditional))
 
     def _integer(self, schema: dict[str, Any], pointer: str, where: str, conditional: bool) -> Leaf:
@@ -448,37 +452,141 @@ class _Compiler:
         first = lo + (-lo) % step
         width = (hi - first) // step + 1 if hi >= first else 0  # len(range) overflows past 2**63
         if width <= 0:
-            raise DeclarationError("integer range is empty", pointer=where, found={"minimum": lo, "maximum": hi})
+            raise EmptySchema("integer range is empty", pointer=where, found={"minimum": lo, "maximum": hi})
         values = range(first, hi + 1, step)
         if width > MAX_DOMAIN:
             return self._leaf(FreeField(pointer, dict(schema), conditional, where))
         return self._leaf(Field(pointer, values, "integer", conditional))
 
     def _object(self, schema: dict[str, Any], pointer: str, where: str, conditional: bool) -> ObjectNode:
-        self._check_keys(schema, _OBJECT_KEYS, where)
+        """An object: its declared properties in order. A record carries only declared properties (narrowing), so
+        ``additionalProperties`` (a schema, true or false) binds only required names left undeclared, and each
+        ``patternProperties`` schema whose pattern a declared (or required) name matches is met with that
+        property's schema. ``minProperties`` promotes optional properties to required in order and
+        ``maxProperties`` leaves trailing optional ones out; ``dependentRequired`` (and the list form of draft 7's
+        ``dependencies``) makes the dependents required, ``dependentSchemas`` (the schema form) is met with the
+        object: each a narrowing, exact for every record emitted."""
+        self._check_keys(schema, _OBJECT_KEYS | _OBJECT_NARROWED, where)
+        schema = self._dependent_schemas(schema, where)
         extra = schema.get("additionalProperties", True)
-        if not isinstance(extra, bool):
-            raise UnsupportedKeyword("additionalProperties as a schema is not supported",
-                                     pointer=f"{where}/additionalProperties", found=extra,
-                                     hint="false (records carry only declared properties)")
+        if not isinstance(extra, (bool, dict)):
+            raise DeclarationError("additionalProperties must be a schema", pointer=f"{where}/additionalProperties",
+                                   found=extra)
         props = schema.get("properties", {})
         if not isinstance(props, dict):
             raise DeclarationError("properties must be an object", pointer=f"{where}/properties", found=props)
+        props = dict(props)
         required = schema.get("required", [])
         if not isinstance(required, list) or any(not isinstance(r, str) for r in required):
             raise DeclarationError("required must be a list of names", pointer=f"{where}/required", found=required)
-        missing = [r for r in required if r not in props]
-        if missing:
-            raise UnsupportedKeyword("required names a property not declared in properties",
-                                     pointer=f"{where}/required", found=missing,
-                                     hint="declare it under properties (records carry only declared properties)")
+        required = list(dict.fromkeys(required))
+        patterns = self._patterns(schema, where)
+        for dep_key in ("dependentRequired", "dependencies"):
+            deps = schema.get(dep_key, {})
+            if not isinstance(deps, dict):
+                raise DeclarationError(f"{dep_key} must be an object", pointer=f"{where}/{dep_key}", found=deps)
+            for name, needs in deps.items():
+                if isinstance(needs, list) and name in props:  # the dependents are written whenever name may be
+                    if any(not isinstance(n, str) for n in needs):
+                        raise DeclarationError(f"{dep_key} lists names", pointer=f"{where}/{dep_key}/{escape(name)}",
+                                               found=needs)
+                    required += [n for n in needs if n not in required]
+        for r in required:
+            if r not in props:
+                matching = [sub for rx, sub in patterns if rx.search(r)]
+                if matching:
+                    props[r] = {"allOf": matching}
+                elif extra is False:
+                    raise DeclarationError("required names a property additionalProperties: false forbids",
+                                           pointer=f"{where}/required", found=r)
+                else:
+                    props[r] = {} if extra is True else extra
+        for name in list(props):
+            matching = [sub for rx, sub in patterns if rx.search(name)]
+            if matching:
+                props[name] = {"allOf": [props[name], *matching]}
+        lo, hi = schema.get("minProperties", 0), schema.get("maxProperties")
+        for key, val in (("minProperties", lo), ("maxProperties", hi)):
+            if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val < 0):
+                raise DeclarationError(f"{key} must be a non-negative integer", pointer=f"{where}/{key}", found=val)
+        if lo > len(props):
+            raise UnsupportedKeyword("minProperties above the declared properties is not supported",
+                                     pointer=f"{where}/minProperties", found=lo,
+                                     hint="declare the properties a record must carry")
+        for name in props:
+            if len(required) >= lo:
+                break
+            if name not in required:
+                required.append(name)
+        if hi is not None:
+            if len(required) > hi:
+                raise DeclarationError("maxProperties is below the properties a record must carry",
+                                       pointer=f"{where}/maxProperties", found={"maxProperties": hi,
+                                                                                "required": required})
+            keep = hi - len(required)
+            for name in list(props):
+                if name not in required:
+                    if keep > 0:
+                        keep -= 1
+                    else:
+                        del props[name]
         out = []
         for name, sub in props.items():
             req = name in required
-            child = self.node(sub, f"{pointer}/{escape(name)}", f"{where}/properties/{escape(name)}",
-                              conditional or not req)
+            try:
+                child = self.node(sub, f"{pointer}/{escape(name)}", f"{where}/properties/{escape(name)}",
+                                  conditional or not req)
+            except EmptySchema:
+                if req:
+                    raise
+                continue  # an optional property no value satisfies: never written
             out.append(Property(name, child, req))
         return ObjectNode(pointer, out)
+
+    def _patterns(self, schema: dict[str, Any], where: str) -> list[tuple[Any, Any]]:
+        """``patternProperties`` as (compiled pattern, schema) pairs. A name is matched with Python's ``re`` in
+        ASCII mode (ECMA 262's ``\\d``, ``\\w``); a pattern ``re`` does not compile is refused."""
+        import re
+        pats = schema.get("patternProperties", {})
+        if not isinstance(pats, dict):
+            raise DeclarationError("patternProperties must be an object", pointer=f"{where}/patternProperties",
+                                   found=pats)
+        out = []
+        for pat, sub in pats.items():
+            try:
+                out.append((re.compile(pat, re.ASCII), sub))
+            except re.error as e:
+                raise UnsupportedKeyword(f"patternProperties pattern is not supported: {e}",
+                                         pointer=f"{where}/patternProperties/{escape(pat)}", found=pat) from None
+        return out
+
+    def _dependent_schemas(self, schema: dict[str, Any], where: str) -> dict[str, Any]:
+        """``dependentSchemas`` (and the schema form of ``dependencies``) for a declared property: the object is met
+        with it always (a narrowing), or, where no object satisfies both, the property is left out."""
+        for key in ("dependentSchemas", "dependencies"):
+            deps = schema.get(key)
+            if not isinstance(deps, dict):
+                continue
+            props = schema.get("properties", {})
+            for name, sub in deps.items():
+                if isinstance(sub, list) or not isinstance(props, dict) or name not in props:
+                    continue  # a list: dependentRequired; an undeclared name is never written
+                got = self._sub(sub, f"{where}/{key}/{escape(name)}")
+                if got is None:
+                    self._resolve(sub, f"{where}/{key}/{escape(name)}")  # raises the error
+                merged = self._merge({k: v for k, v in schema.items() if k not in (key,)}, got,  # type: ignore[arg-type]
+                                     f"{where}/{key}/{escape(name)}")
+                if merged is None or any(k in merged for k in ("anyOf", "oneOf", "allOf")) or merged.get(
+                        "type", "object") != "object":
+                    required = schema.get("required", [])
+                    if isinstance(required, list) and name in required:
+                        raise UnsupportedKeyword(f"{key} of a required property that does not merge with the object",
+                                                 pointer=f"{where}/{key}/{escape(name)}", found=sub)
+                    schema = {**schema, "properties": {n: v for n, v in props.items() if n != name}}
+                else:
+                    schema = {**merged, key: {n: v for n, v in deps.items() if n != name}}
+                props = schema.get("properties", {})
+        return schema
 
     def _array(self, schema: dict[str, Any], pointer: str, where: str, conditional: bool) -> ArrayNode:
         self._check_keys(schema, _ARRAY_KEYS, where)
@@ -501,7 +609,13 @@ class _Compiler:
             raise DeclarationError("maxItems is below minItems", pointer=where, found={"minItems": lo, "maxItems": hi})
         # The template is laid out at "*" so that relations and layouts can name the item shape.
         saved = dict(self.fields), dict(self.free)
-        template = self.node(schema["items"], f"{pointer}/*", f"{where}/items", True)
+        try:
+            template = self.node(schema["items"], f"{pointer}/*", f"{where}/items", True)
+        except EmptySchema:
+            if lo:
+                raise
+            self.fields, self.free = saved  # items no value satisfies: the array is empty
+            template, hi, schema = self.node({"type": "null"}, f"{pointer}/*", f"{where}/items", True), 0, {}
         self.fields, self.free = saved
         elements = []
         if hi is not None:
@@ -544,7 +658,7 @@ class _Compiler:
                 opt, _ = self._resolve(part, f"{where}/allOf/{k}")
                 merged = self._merge(merged, opt, f"{where}/allOf/{k}")  # type: ignore[arg-type]
                 if merged is None:
-                    raise DeclarationError("no value satisfies every part of allOf", pointer=f"{where}/allOf")
+                    raise EmptySchema("no value satisfies every part of allOf", pointer=f"{where}/allOf")
             return self._node(merged, pointer, where, conditional)
         finally:
             del self._ref_stack[depth:]
@@ -603,15 +717,25 @@ class _Compiler:
             if not vals:
                 return None
             out["enum"] = vals
-        for side in (a, b):  # additionalProperties: false on a side admits only that side's properties
-            if side.get("additionalProperties") is False and isinstance(side.get("properties", {}), dict):
-                names = set(side.get("properties", {}))
-                props = out.get("properties", {})
-                if isinstance(props, dict):
-                    out["properties"] = {n: s for n, s in props.items() if n in names}
-                req = out.get("required", [])
-                if isinstance(req, list) and any(isinstance(r, str) and r not in names for r in req):
-                    return None
+        for side in (a, b):  # a side's additionalProperties binds the properties only the other side declares
+            ap = side.get("additionalProperties", True)
+            own = side.get("properties", {})
+            if ap is True or not isinstance(own, dict) or not isinstance(ap, (bool, dict)):
+                continue
+            pats = self._patterns(side, where)
+
+            def additional(n: str) -> bool:
+                return n not in own and not any(rx.search(n) for rx, _ in pats)  # noqa: B023
+
+            props = out.get("properties", {})
+            if isinstance(props, dict):
+                if ap is False:
+                    out["properties"] = {n: s for n, s in props.items() if not additional(n)}
+                else:
+                    out["properties"] = {n: ({"allOf": [s, ap]} if additional(n) else s) for n, s in props.items()}
+            req = out.get("required", [])
+            if ap is False and isinstance(req, list) and any(isinstance(r, str) and additional(r) for r in req):
+                return None
         return out
 
     def _kinds(self, schema: Any, where: str, depth: int = 0) -> frozenset[str]:
@@ -774,10 +898,12 @@ class _Compiler:
             self._ref_stack.extend(refs)
             try:
                 branches.append(self.node(m, pointer, w, True))
+            except EmptySchema:
+                continue  # a branch no value satisfies: nothing to write
             finally:
                 del self._ref_stack[depth:]
         if not branches:
-            raise DeclarationError(f"no branch of {key} can hold beside the keywords next to it", pointer=where)
+            raise EmptySchema(f"no branch of {key} can hold beside the keywords next to it", pointer=where)
         return UnionNode(pointer, branches)
 
 

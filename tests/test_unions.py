@@ -26,6 +26,8 @@ POOL: list[Any] = [
     {"k": 1}, {"k": 2}, {"k": "a", "x": True}, {"x": True}, {"y": False}, {"x": 1}, {"a": 1, "b": 2}, {"a": 1},
     {"a": 5}, {"b": "z"}, {"a": None}, {"k": "a", "n": 3}, {"k": "b", "s": "xy"}, {"t": "a"}, {"t": "b"},
     {"t": "a", "v": True}, {"t": "b", "v": True}, {"v": False}, {"p": 1}, {"q": 2}, {"p": 1, "q": 2},
+    {"a": 1, "b": "z"}, {"b": 2}, {"b": 1}, {"a": 1, "b": 1}, {"ab": 2}, {"ab": 5}, {"ab": 2, "b": True}, {"a": 2},
+    {"a": 0}, {"a": 1, "b": 2, "k": "a"},
 ]
 
 SCHEMAS: dict[str, dict[str, Any]] = {
@@ -67,6 +69,24 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "allOf-enums": {"allOf": [{"enum": [1, 2, "a", None]}, {"enum": [2, "a", True]}]},
     "allOf-ref": {"$defs": {"base": {"type": "object", "properties": {"k": {"enum": ["a", "b"]}}}},
                   "allOf": [{"$ref": "#/$defs/base"}, {"required": ["k"]}]},
+    "pattern-properties": {"type": "object", "required": ["ab"], "properties": {
+        "ab": {"type": "integer", "minimum": 0, "maximum": 9}, "b": {"type": "boolean"}},
+        "patternProperties": {"^a": {"maximum": 3}}},
+    "required-undeclared": {"type": "object", "required": ["a"],
+                            "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 2}},
+    "min-max-properties": {"type": "object", "properties": {"a": {"enum": [1]}, "b": {"enum": [2]},
+                                                            "k": {"enum": ["a"]}},
+                           "minProperties": 1, "maxProperties": 2},
+    "dependent-required": {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9},
+                                                            "b": {"type": "string", "maxLength": 1}},
+                           "dependentRequired": {"a": ["b"]}},
+    "dependencies-schema": {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9},
+                                                             "b": {"type": "integer", "minimum": 0, "maximum": 9}},
+                            "dependencies": {"a": {"properties": {"b": {"maximum": 1}}}}},
+    "enum-typed": {"type": "string", "enum": ["a", "b", 1, None]},
+    "empty-parts": {"type": "object", "required": ["a"], "properties": {
+        "a": {"anyOf": [{"type": "integer", "enum": ["x"]}, {"type": "integer", "minimum": 0, "maximum": 2}]},
+        "b": False, "k": {"type": "object", "enum": ["MODIFIABLE"]}, "s": {"type": "array", "items": False}}},
     "stray-keywords": {"type": "string", "minimum": 3, "items": {"type": "boolean"}, "maxLength": 1},
 }
 
@@ -86,7 +106,15 @@ def _narrowed(name: str, v: Any) -> bool:
         return True
     if name == "oneOf-optional-tags" and isinstance(v, dict) and v.get("t") != "a" and "v" in v:
         return True  # valid by the second branch's additional property, which the layout does not write
-    declared = {"oneOf-required": {"p", "q"}, "oneOf-optional-tags": {"t", "v"}, "anyOf-siblings": {"k", "n", "s"}, "oneOf-kinds": {"k"}, "oneOf-tags": {"k", "x", "s"},
+    narrowed = {  # valid values these layouts leave out on purpose (see _Compiler._object)
+        "min-max-properties": lambda x: isinstance(x, dict) and "a" not in x or "k" in x,  # a required, k dropped
+        "dependent-required": lambda x: isinstance(x, dict) and "b" not in x,  # b always written
+        "dependencies-schema": lambda x: isinstance(x, dict) and x.get("b", 0) > 1,  # b <= 1 always
+    }
+    if name in narrowed and isinstance(v, dict) and narrowed[name](v):
+        return True
+    declared = {"empty-parts": {"a", "s"}, "pattern-properties": {"ab", "b"}, "required-undeclared": {"a"}, "min-max-properties": {"a", "b", "k"},
+                "dependent-required": {"a", "b"}, "dependencies-schema": {"a", "b"}, "oneOf-required": {"p", "q"}, "oneOf-optional-tags": {"t", "v"}, "anyOf-siblings": {"k", "n", "s"}, "oneOf-kinds": {"k"}, "oneOf-tags": {"k", "x", "s"},
                 "allOf-objects": {"a", "b"}, "allOf-closed": {"a"}, "allOf-ref": {"k"}}
     return isinstance(v, dict) and name in declared and not set(v) <= declared[name]
 
@@ -186,3 +214,22 @@ def test_a_decoder_walks_a_union_to_valid_records() -> None:
             out = walk(spec, vocab, mode, rng, rollback_p=0.1)
             assert validator.is_valid(out["record"]), out["record"]
             assert out["mismatches"] == 0
+
+
+@pytest.mark.parametrize("schema, pointer", [
+    ({"type": "object", "required": ["b"], "properties": {"b": False}}, "#/properties/b"),
+    ({"type": "object", "required": ["k"], "properties": {"k": {"type": "object", "enum": ["x"]}}},
+     "#/properties/k/enum"),
+    ({"type": "array", "minItems": 1, "items": {"allOf": [{"type": "string"}, {"type": "null"}]}}, "#/items/allOf"),
+])
+def test_a_required_part_no_value_satisfies_is_an_empty_schema(schema: dict[str, Any], pointer: str) -> None:
+    with pytest.raises(fs.EmptySchema) as info:
+        fs.Spec(schema)
+    assert info.value.pointer == pointer
+
+
+def test_optional_parts_no_value_satisfies_are_left_out() -> None:
+    root = fs.Spec(SCHEMAS["empty-parts"]).compiled.root
+    assert [p.name for p in root.properties] == ["a", "s"]  # type: ignore[union-attr]
+    s = root.properties[1].node  # type: ignore[union-attr]
+    assert s.max_items == 0

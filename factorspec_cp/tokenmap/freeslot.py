@@ -440,12 +440,21 @@ _DATE = (f"(?:{_YEAR}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]
 _TIME = "(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]+)?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
 _OCTET = "(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
 _LABEL = "[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+#: a host name: RFC 1123 labels, narrowed to at most four labels of at most 61 characters (247 in all, below the
+#: limit of 253) with no two hyphens in a row (so no ``xn--`` label, whose Punycode would need checking)
+_HOST_LABEL = "[A-Za-z0-9](?:-?[A-Za-z0-9]){0,30}"
+_HOST = f"{_HOST_LABEL}(?:\\.{_HOST_LABEL}){{0,3}}"
+#: an RFC 3986 path character: unreserved, sub-delims, ':' and '@' (no percent-encoding: narrowed)
+_PCHAR = "[A-Za-z0-9._~!$&'()*+,;=:@-]"
 #: ``format`` values enforced exactly, each as a full-match regular expression of the strings it admits: the
 #: format's own grammar, narrowed where noted (narrowing is allowed: every string admitted is valid). ``date``
 #: checks the calendar (no 2020-02-30; 29 February in leap years only) and starts at year 0001; ``time`` and
 #: ``date-time`` are RFC 3339 with ``T``/``Z`` upper case and no leap second; ``uuid`` is lower case hex; ``ipv4`` is
 #: dotted decimal without leading zeros; ``email`` is a dot-atom local part of letters, digits and ``_%+-`` at a
-#: domain of two or more labels. Other formats JSON Schema defines are refused.
+#: domain of two or more labels; ``hostname`` is narrowed as :data:`_HOST` says; ``ipv6`` is the full form of eight
+#: groups in lower-case hex (no ``::``); ``uri`` is ``scheme://host[:port]`` with a path, query and fragment of
+#: characters RFC 3986 allows there unencoded (no percent-encoding, no user info). Other formats JSON Schema
+#: defines are refused.
 FORMATS: dict[str, str] = {
     "date": _DATE,
     "time": _TIME,
@@ -453,6 +462,10 @@ FORMATS: dict[str, str] = {
     "uuid": "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
     "ipv4": f"{_OCTET}(?:\\.{_OCTET}){{3}}",
     "email": f"[A-Za-z0-9_%+-]+(?:\\.[A-Za-z0-9_%+-]+)*@{_LABEL}(?:\\.{_LABEL})+",
+    "hostname": _HOST,
+    "ipv6": "[0-9a-f]{1,4}(?::[0-9a-f]{1,4}){7}",
+    "uri": f"[a-z][a-z0-9+.-]*://{_HOST}(?::[0-9]{{1,5}})?(?:/{_PCHAR}*)*(?:\\?(?:{_PCHAR}|[/?])*)?"
+           f"(?:#(?:{_PCHAR}|[/?])*)?",
 }
 
 
