@@ -293,6 +293,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--limit", type=int, default=None, help="coverage: schemas per jsonschemabench file (default: all)")
     b.add_argument("--datasets", default=None, help="coverage: comma-separated substrings of dataset names to keep")
     b.add_argument("--timeout", type=float, default=20.0, help="coverage: seconds per schema (0: no limit)")
+    b.add_argument("--engines", default="xgrammar,llguidance",
+                   help="coverage: other engines on the same schemas, same run ('' for none)")
     b.add_argument("--out", default="benchmarks", help="output folder")
     b.add_argument("--per-size", type=int, default=None, help="solve/masks: trip problems per city count (20 / 4)")
     b.add_argument("--calendar", type=int, default=None, help="calendar problems (solve 100, masks 10, generate 20)")

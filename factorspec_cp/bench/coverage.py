@@ -504,6 +504,9 @@ class Tally:
     timeouts: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
     compile_seconds: float = 0.0
+    compile_ms: list[float] = field(default_factory=list)  # ours, per compiled schema
+    first_mask_ms: list[float] = field(default_factory=list)  # ours: compile + layout + decoder + first mask
+    engines: dict[str, dict[str, Any]] = field(default_factory=dict)  # XGrammar, llguidance: see _engine_check
 
     @property
     def weakenings(self) -> int:
@@ -543,7 +546,21 @@ class Tally:
             "timeouts": short(self.timeouts),
             "seconds": round(self.seconds, 3), "compile_ms_mean": round(1e3 * self.compile_seconds
                                                                           / max(1, self.total), 4),
+            "compile_ms": _percentiles(self.compile_ms), "first_mask_ms": _percentiles(self.first_mask_ms),
+            "engines": {name: {**{k: v for k, v in e.items() if k not in ("ms", "reasons", "weakenings")},
+                               "compile_ms": _percentiles(e["ms"]),
+                               "top_refusal_reasons": dict(e["reasons"].most_common(TOP_REASONS)),
+                               "weakenings": short(e["weakenings"])}
+                        for name, e in self.engines.items()},
         }
+
+
+def _percentiles(ms: list[float]) -> dict[str, Any]:
+    if not ms:
+        return {"n": 0}
+    xs = sorted(ms)
+    pick = (lambda q: round(xs[min(len(xs) - 1, int(q * len(xs)))], 3))
+    return {"n": len(xs), "p50": pick(0.5), "p99": pick(0.99), "max": round(xs[-1], 3)}
 
 
 def _short(x: dict[str, Any], limit: int = 600) -> dict[str, Any]:
@@ -580,10 +597,52 @@ def _seed(seed: int, ident: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{ident}".encode()).digest()[:8], "big")
 
 
+def _engine_check(item: Item, tally: Tally, engines: list[Any]) -> None:
+    """Each other engine on the same schema: compiled or refused (its reason), compile milliseconds, and on the
+    Test Suite the invalid data it accepts (weakenings) and the valid data it rejects."""
+    for eng in engines:
+        e = tally.engines.setdefault(eng.name, {"version": eng.version, "compiled": 0, "refused": 0,
+                                                "reasons": Counter(), "ms": [], "tests": 0, "invalid_tests": 0,
+                                                "invalid_accepted": 0, "valid_rejected": 0, "check_errors": 0,
+                                                "weakenings": []})
+        compiled, reason, seconds = eng.compile(item.doc)
+        e["ms"].append(1e3 * seconds)
+        if compiled is None:
+            e["refused"] += 1
+            e["reasons"][reason] += 1
+            continue
+        e["compiled"] += 1
+        for case in item.tests or []:
+            data, valid = case["data"], bool(case["valid"])
+            e["tests"] += 1
+            e["invalid_tests"] += not valid
+            try:
+                ok = eng.accepts(compiled, item.doc, data)
+            except Exception:  # noqa: BLE001 - an engine's own failure on a datum (listed as a count)
+                e["check_errors"] += 1
+                continue
+            if ok and not valid:
+                e["invalid_accepted"] += 1
+                e["weakenings"].append({"group": item.id, "test": case.get("description", ""), "data": data})
+            elif valid and not ok:
+                e["valid_rejected"] += 1
+
+
+def _first_mask(spec: Spec, vocab: Any) -> float:
+    """Seconds from a compiled spec to its first mask over ``vocab`` (layout, token index, session, mask)."""
+    import numpy as np
+    t = time.perf_counter()
+    dec = spec.decoder(vocab)
+    dec.fill_mask(np.zeros((vocab.size + 31) // 32, dtype=np.int32))
+    return time.perf_counter() - t
+
+
 def process(item: Item, tally: Tally, *, samples: int = SAMPLES, seed: int = 0,
-            row: dict[str, Any] | None = None) -> dict[str, Any]:
+            row: dict[str, Any] | None = None, engines: list[Any] | None = None,
+            vocab: Any = None) -> dict[str, Any]:
     """Compile one schema, check it, and record the outcome in ``tally``; returns the outcome row (``row``, filled
-    in as the stages go: ``stage`` says which one ran last)."""
+    in as the stages go: ``stage`` says which one ran last). ``engines``: other engines run on the same schema
+    (:mod:`.coverage_engines`); ``vocab``: time our first mask over it."""
     tally.total += 1
     row = {} if row is None else row
     row.update(id=item.id, stage="compile")
@@ -595,6 +654,10 @@ def process(item: Item, tally: Tally, *, samples: int = SAMPLES, seed: int = 0,
             row["status"] = "invalid_json"
             row["error"] = str(e)[:200]
             return row
+    if engines:
+        row["stage"] = "other engines"
+        _engine_check(item, tally, engines)
+        row["stage"] = "compile"
     t = time.perf_counter()
     try:
         spec = Spec(item.doc)  # the schema alone, no relations
@@ -614,7 +677,9 @@ def process(item: Item, tally: Tally, *, samples: int = SAMPLES, seed: int = 0,
         tally.crashes.append(crash)
         row.update(status="crashed", exception=type(e).__name__, where=crash["where"])
         return row
-    tally.compile_seconds += time.perf_counter() - t
+    took = time.perf_counter() - t
+    tally.compile_seconds += took
+    tally.compile_ms.append(1e3 * took)
     tally.compiled += 1
     row["status"] = "compiled"
     root = spec.compiled.root
@@ -633,6 +698,13 @@ def process(item: Item, tally: Tally, *, samples: int = SAMPLES, seed: int = 0,
         tally.layout_crashes.append({"dataset": tally.name, "id": item.id, "exception": type(e).__name__,
                                      "message": str(e)[:300], "where": _where(e), "schema": item.doc})
         row["layout"] = f"crashed: {type(e).__name__}"
+
+    if vocab is not None and layout is not None:
+        row["stage"] = "first mask"
+        try:
+            tally.first_mask_ms.append(1e3 * (took + _first_mask(spec, vocab)))
+        except DeclarationError as e:  # a budget error on the way is a refusal of the layout, listed with it
+            tally.layout_refused_by_reason[f"first mask: {refusal_reason(e)}"] += 1
 
     if item.tests is not None:
         row["stage"] = "suite check"
@@ -722,7 +794,8 @@ def _random_check(item: Item, tally: Tally, root: Node, layout: Any, samples: in
 
 # ------------------------------------------------------------------------------------------------------- run
 def run_dataset(name: str, items: list[Item], *, samples: int = SAMPLES, seed: int = 0,
-                timeout: float | None = TIMEOUT, progress: bool = True) -> Tally:
+                timeout: float | None = TIMEOUT, progress: bool = True, engines: list[Any] | None = None,
+                vocab: Any = None) -> Tally:
     """Process every item of one dataset (each within ``timeout`` seconds, else listed under ``timeouts``)."""
     tally = Tally(name)
     t0 = time.perf_counter()
@@ -731,7 +804,7 @@ def run_dataset(name: str, items: list[Item], *, samples: int = SAMPLES, seed: i
         t = time.perf_counter()
         try:
             with _deadline(timeout):
-                process(item, tally, samples=samples, seed=seed, row=row)
+                process(item, tally, samples=samples, seed=seed, row=row, engines=engines, vocab=vocab)
             row.pop("stage", None)  # kept only where a timeout struck
         except SchemaTimeout:
             tally.timeouts.append({"dataset": name, "id": item.id, "stage": row.get("stage"),
@@ -756,7 +829,18 @@ def run(args: argparse.Namespace) -> int:
     t_start = time.perf_counter()
     timeout = getattr(args, "timeout", None)
     timeout = TIMEOUT if timeout is None else timeout
-    tallies = [run_dataset(name, items, samples=samples, seed=seed, timeout=timeout)
+    wanted = [w.strip() for w in (getattr(args, "engines", "") or "").split(",") if w.strip()]
+    vocab = others = None
+    if wanted:  # the other engines and our first mask over Qwen3's vocabulary (151,643 tokens)
+        from ..tokenmap import Vocabulary
+        from .coverage_engines import engines as make_engines
+        vocab = Vocabulary.qwen3()
+        others = [e for e in make_engines(vocab) if e.name in wanted]
+        missing = sorted(set(wanted) - {e.name for e in others})
+        if missing:
+            raise SystemExit(f"bench coverage: engines not installed: {', '.join(missing)} (pip install them, or "
+                             "pass --engines with the ones you have)")
+    tallies = [run_dataset(name, items, samples=samples, seed=seed, timeout=timeout, engines=others, vocab=vocab)
                for name, items in datasets(args)]
     doc = {
         "suite": "coverage",
@@ -825,6 +909,34 @@ def markdown(doc: dict[str, Any]) -> str:
                      f"| {r['crashed'] + r['layout']['crashed']} | {len(r['timeouts'])} | {r['layout']['refused']} "
                      f"| {suite} | {weak} | {acc} | {rr['valid']}/{rr['generated']} | {rr['tree_rejects_generated']} "
                      f"| {r['seconds']} |")
+    if any(r.get("engines") for r in doc["results"]):
+        lines += ["", "## Side by side: factorspec, XGrammar, llguidance (same schemas, same run)", "",
+                  "compile ms: factorspec's `Spec(schema)`, and its first mask (compile, layout, token index, session "
+                  "and the first mask over Qwen3's vocabulary; free-string token tables from the disk cache where "
+                  "present); XGrammar's `compile_json_schema` (strict mode) and llguidance's grammar and validation "
+                  "over the same vocabulary. Suite: invalid test data each one accepts (weakened) and valid ones "
+                  "it rejects.", "",
+                  "| dataset | engine | compiled | refused | compile ms p50 / p99 | first mask ms p50 / p99 "
+                  "| suite: invalid accepted (weakened) / invalid | valid rejected | top refusal reasons |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in doc["results"]:
+            n = r["total"] or 1
+            sc = r["suite_check"]
+            cm, fm = r.get("compile_ms", {}), r.get("first_mask_ms", {})
+            top = "; ".join(f"{k} ({v})" for k, v in list(r["top_refusal_reasons"].items())[:3])
+            weak = (f"{sc['invalid_accepted_layout']} / {sc['invalid_tests']}" if sc else "-")
+            lines.append(f"| {r['dataset']} | factorspec | {r['compiled']} ({100 * r['compiled'] / n:.1f}%) "
+                         f"| {r['refused']} | {cm.get('p50', '-')} / {cm.get('p99', '-')} "
+                         f"| {fm.get('p50', '-')} / {fm.get('p99', '-')} | {weak} "
+                         f"| {sc['valid_rejected_narrowing'] if sc else '-'} | {_md(top)} |")
+            for name, e in r.get("engines", {}).items():
+                ms = e["compile_ms"]
+                top = "; ".join(f"{k} ({v})" for k, v in list(e["top_refusal_reasons"].items())[:3])
+                weak = f"{e['invalid_accepted']} / {e['invalid_tests']}" if e["tests"] else "-"
+                lines.append(f"| {r['dataset']} | {name} {e['version']} | {e['compiled']} "
+                             f"({100 * e['compiled'] / n:.1f}%) | {e['refused']} | {ms.get('p50', '-')} / "
+                             f"{ms.get('p99', '-')} | - | {weak} | {e['valid_rejected'] if e['tests'] else '-'} "
+                             f"| {_md(top)} |")
     lines += ["", "## Top refusal reasons", ""]
     for r in doc["results"]:
         reasons = "; ".join(f"{k} ({v})" for k, v in r["top_refusal_reasons"].items())
@@ -858,6 +970,10 @@ def markdown(doc: dict[str, Any]) -> str:
     lines += ["", "## ECMA-only: generated records valid for jsonschema (Python re) but not under ECMA 262", ""]
     lines += ecma or ["none"]
     return "\n".join(lines) + "\n"
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("`", "'")
 
 
 def _json(v: Any, limit: int = 200) -> str:
