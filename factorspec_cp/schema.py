@@ -3,8 +3,12 @@
 Strict: every keyword that constrains values (:data:`ASSERTIONS`) and is outside the supported subset raises
 :class:`UnsupportedKeyword` naming its JSON Pointer. Keywords that constrain nothing (annotations such as ``title``,
 vendor keys, unknown words) are ignored and listed (``Spec.ignored``); ``strict=True`` refuses them. Narrowing is
-allowed (a record we emit never carries properties beyond the declared ones, so ``additionalProperties`` may be
-absent or ``true``); weakening is not.
+allowed, weakening is not. The narrowings: a record we emit carries only declared properties (so
+``additionalProperties`` binds only required names left undeclared); ``minProperties`` / ``maxProperties`` /
+``dependentRequired`` / ``dependentSchemas`` promote, leave out or meet properties; any value (an untyped schema)
+has empty objects and arrays at most :data:`ANY_DEPTH` deep; a ``oneOf`` branch may drop or require an optional
+property so that it excludes its siblings; parts no value satisfies (:class:`EmptySchema`) are left out where
+optional.
 """
 
 from __future__ import annotations
@@ -1012,6 +1016,9 @@ def _check_text(text: str, at: str) -> None:
 def _check_keyword_types(schema: dict[str, Any], where: str) -> None:
     """The value type of each keyword JSON Schema gives one to; a wrong type is a typed error, never read as
     something else (``"maximum": true`` is not 1)."""
+    for key in ("$id", "$schema", "$anchor", "$dynamicAnchor", "$comment"):  # validators read these as strings
+        if key in schema and not isinstance(schema[key], str):
+            raise DeclarationError(f"{key} must be a string", pointer=f"{where}/{escape(key)}", found=schema[key])
     for key in _NUMBER_KEYWORDS:
         if key in schema:
             v = schema[key]

@@ -286,6 +286,11 @@ class Spec:
                         raise NotAField(f"path {path!r} reads into the variable-length array {ptr}", pointer=where,
                                         found=path, hint="relations read only always-present fields: give the array "
                                                          "minItems == maxItems")
+                    if not node.elements:
+                        if not strict:
+                            return []
+                        raise UnknownPath(f"path {path!r} names nothing: the array {ptr} is always empty (its items "
+                                          "admit no value)", pointer=where, found=path)
                     if tok == "*":
                         nxt.extend((f"{ptr}/{i}", el) for i, el in enumerate(node.elements))
                     elif _INDEX.fullmatch(tok) and int(tok) < len(node.elements):  # RFC 6901: 0 or [1-9][0-9]*

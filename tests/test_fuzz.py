@@ -223,6 +223,16 @@ def test_shrink_finds_a_minimal_infeasible_subset(seed: int) -> None:
     ({"type": "string", "maxLength": 2**63}, "#/maxLength"),
     ({"oneOf": [{"type": "object", "required": 3, "properties": {"k": {"const": "a"}}},
                 {"type": "object", "required": ["k"], "properties": {"k": {"const": "b"}}}]}, "#/oneOf"),
+    # found by the run after unions and narrowed objects: an $id that is not a string (jsonschema reads it as one),
+    # and a relation over the items of an array its items' empty schema keeps empty
+    ({"$schema": "http://json-schema.org/draft-07/schema#", "$id": 2**64 - 1, "type": "object",
+      "properties": {"t": {"type": "object", "additionalProperties": {"type": "string"}}}}, "#/$id"),
+    ({"type": "array", "items": {"type": "object", "patternProperties": {"^[a-z]{1,9}$": {"type": "null"}}},
+      "$id": True}, "#/$id"),
+    ({"type": "object", "required": ["c"], "properties": {"c": {"type": "array", "maxItems": 3, "items": {
+        "type": "object", "required": ["g"], "properties": {"g": False}}}},
+      "x-factorspec": {"relations": [{"kind": "all_different", "fields": ["/c/*/g"]}]}},
+     "#/x-factorspec/relations/0/fields/0"),
 ])
 def test_cases_the_long_run_found(doc: dict, at: str, vocab: Vocabulary) -> None:
     out = fuzz.check(doc, vocab)

@@ -284,3 +284,34 @@ def test_draft4_boolean_exclusive_bound_is_refused_or_kept() -> None:
     for x in (5, 5.5):  # whatever the layout emits must be valid under the schema's own draft
         if cov.layout_accepts(Layout(spec), x):
             assert jsonschema.Draft4Validator(schema).is_valid(x), x
+
+
+# ------------------------------------------------------------------------------------------------------- other engines
+def test_other_engines_compile_refuse_and_judge_data() -> None:
+    """XGrammar and llguidance as bench coverage runs them: a schema both compile, the data each accepts and
+    rejects, a keyword llguidance refuses (its reason grouped without names), and a process() row that counts them."""
+    from factorspec_cp.bench.coverage_engines import LLGuidanceEngine, XGrammarEngine, _reason
+    from factorspec_cp.tokenmap import Vocabulary
+    vocab = Vocabulary.smollm2()
+    schema = {"type": "object", "required": ["a"], "properties": {"a": {"type": "string", "maxLength": 2},
+                                                                  "b": {"type": "integer"}}}
+    for eng in (XGrammarEngine(vocab), LLGuidanceEngine(vocab)):
+        compiled, reason, seconds = eng.compile(schema)
+        assert compiled is not None and reason is None and seconds >= 0
+        assert eng.accepts(compiled, schema, {"a": "x"})
+        assert eng.accepts(compiled, schema, {"b": 1, "a": "q"})  # keys put in schema order
+        assert not eng.accepts(compiled, schema, {"a": "xyz"})
+        assert not eng.accepts(compiled, schema, {"a": "x", "b": 1.5})
+    ll = LLGuidanceEngine(vocab)
+    compiled, reason, _ = ll.compile({"type": "array", "uniqueItems": True, "items": {"type": "integer"}})
+    assert compiled is None and reason and "Unimplemented" in reason
+    assert _reason("[12:00:01] /project/cpp/json_schema_converter.cc:99: Schema 3 cannot accept 'x'") == \
+        "Schema … cannot accept …"
+    t = cov.Tally("x")
+    item = cov.Item(id="t", doc=schema, parsed=True, tests=[{"data": {"a": "xyz"}, "valid": False},
+                                                            {"data": {"a": "x"}, "valid": True}],
+                    draft="draft2020-12")
+    cov.process(item, t, samples=0, engines=[XGrammarEngine(vocab)], vocab=vocab)
+    e = t.engines["xgrammar"]
+    assert (e["compiled"], e["tests"], e["invalid_accepted"], e["valid_rejected"]) == (1, 2, 0, 0)
+    assert len(t.first_mask_ms) == 1 and t.first_mask_ms[0] > 0
