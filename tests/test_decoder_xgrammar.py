@@ -32,8 +32,14 @@ FREE = {"type": "object", "required": ["city", "note", "n", "tags"], "properties
         "type": "array", "minItems": 0, "maxItems": 2, "items": {"type": "string", "minLength": 1, "maxLength": 3}}}}
 
 
+#: declarations of tests/test_decoder.py whose language XGrammar does not read as JSON Schema does (a weakening of
+#: XGrammar's, measured in benchmarks/coverage.md): left out here; tests/test_decoder.py checks them by brute force
+XGRAMMAR_DIFFERS = {"mixed": "XGrammar leaves out the `required` beside a oneOf (it admits {} for /u)"}
+
+
 def _schemas() -> dict[str, dict[str, Any]]:
-    out = {name: {k: v for k, v in doc.items() if k != "x-factorspec"} for name, doc in DECLS.items()}
+    out = {name: {k: v for k, v in doc.items() if k != "x-factorspec"} for name, doc in DECLS.items()
+           if name not in XGRAMMAR_DIFFERS}
     for ex in list(trip.examples())[:1600:400]:
         out[f"trip-{trip.num_cities(ex)}"] = {k: v for k, v in trip.declaration_doc(trip.problem(ex)).items()
                                                if k != "x-factorspec"}
