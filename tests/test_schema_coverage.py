@@ -290,6 +290,7 @@ def test_draft4_boolean_exclusive_bound_is_refused_or_kept() -> None:
 def test_other_engines_compile_refuse_and_judge_data() -> None:
     """XGrammar and llguidance as bench coverage runs them: a schema both compile, the data each accepts and
     rejects, a keyword llguidance refuses (its reason grouped without names), and a process() row that counts them."""
+    pytest.importorskip("llguidance")
     from factorspec_cp.bench.coverage_engines import LLGuidanceEngine, XGrammarEngine, _reason
     from factorspec_cp.tokenmap import Vocabulary
     vocab = Vocabulary.smollm2()
