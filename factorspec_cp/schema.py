@@ -804,7 +804,10 @@ class _Compiler:
         ra, rb = a.get("required", []), b.get("required", [])
         if not (isinstance(pa, dict) and isinstance(pb, dict) and isinstance(ra, list) and isinstance(rb, list)):
             return False
-        if any(isinstance(r, str) and r not in pa for r in rb):  # a writes only the properties it declares
+        dependents = {n for key in ("dependentRequired", "dependencies") if isinstance(a.get(key), dict)
+                      for needs in a[key].values() if isinstance(needs, list) for n in needs}
+        writes = set(pa) | {r for r in ra if isinstance(r, str)} | dependents  # _object declares required names
+        if any(isinstance(r, str) and r not in writes for r in rb):  # a writes only the properties it declares
             return True
 
         def apart(n: str) -> bool:
@@ -815,7 +818,7 @@ class _Compiler:
         both = [n for n in pa if n in pb]
         if any(n in ra and apart(n) for n in both):
             return True
-        drop = next((r for r in rb if isinstance(r, str) and r in pa and r not in ra), None)
+        drop = next((r for r in rb if isinstance(r, str) and r in pa and r not in ra and r not in dependents), None)
         if drop is not None:
             a["properties"] = {n: v for n, v in pa.items() if n != drop}
             return True
