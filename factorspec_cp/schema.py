@@ -349,8 +349,7 @@ class _Compiler:
             else:  # any JSON value: a union over every type, each under the keywords of its type
                 self._any_depth += 1
                 try:
-                    return self._typed_union(schema, ["null", "boolean", "number", "string", "array", "object"],
-                                             pointer, where, conditional)
+                    return self._typed_union(schema, list(JSON_TYPES), pointer, where, conditional)
                 finally:
                     self._any_depth -= 1
         if isinstance(typ, list):
@@ -575,11 +574,13 @@ class _Compiler:
             for name, sub in deps.items():
                 if isinstance(sub, list) or not isinstance(props, dict) or name not in props:
                     continue  # a list: dependentRequired; an undeclared name is never written
-                got = self._sub(sub, f"{where}/{key}/{escape(name)}")
-                if got is None:
-                    self._resolve(sub, f"{where}/{key}/{escape(name)}")  # raises the error
-                merged = self._merge({k: v for k, v in schema.items() if k not in (key,)}, got,  # type: ignore[arg-type]
-                                     f"{where}/{key}/{escape(name)}")
+                try:
+                    got, _ = self._resolved(sub, f"{where}/{key}/{escape(name)}")
+                except EmptySchema:  # `false`: the property may not be written
+                    merged = None
+                else:
+                    merged = self._merge({k: v for k, v in schema.items() if k != key}, got,
+                                         f"{where}/{key}/{escape(name)}")
                 if merged is None or any(k in merged for k in ("anyOf", "oneOf", "allOf")) or merged.get(
                         "type", "object") != "object":
                     required = schema.get("required", [])
@@ -640,15 +641,14 @@ class _Compiler:
             raise DeclarationError("type lists a type twice", pointer=f"{where}/type", found=types)
         if "number" in types and "integer" in types:  # every integer is a number
             types = [t for t in types if t != "integer"]
-        branches = []
+        subs = []
         for t in types:
             vocab = _TYPE_VOCABULARY.get("number" if t == "integer" else t, frozenset())
-            sub = {k: v for k, v in schema.items() if k != "type" and (k in vocab or k not in _TYPE_SPECIFIC)}
-            sub["type"] = t
-            if len(types) == 1:
-                return self._node(sub, pointer, where, conditional)
-            branches.append(self._node(sub, pointer, where, True))
-        return UnionNode(pointer, branches)
+            subs.append({**{k: v for k, v in schema.items() if k != "type" and (k in vocab or k not in _TYPE_SPECIFIC)},
+                         "type": t})
+        if len(subs) == 1:
+            return self._node(subs[0], pointer, where, conditional)
+        return UnionNode(pointer, [self._node(sub, pointer, where, True) for sub in subs])
 
     def _all_of(self, schema: dict[str, Any], pointer: str, where: str, conditional: bool) -> Node:
         """allOf: every part merged into one schema (keyword by keyword, :meth:`_merge`), then compiled."""
@@ -744,15 +744,9 @@ class _Compiler:
 
     def _kinds(self, schema: Any, where: str, depth: int = 0) -> frozenset[str]:
         """The JSON kinds (null, boolean, number, string, array, object) a schema's values may have (a superset)."""
-        if depth > 16:
+        schema = self._sub(schema, where) if depth <= 16 else None
+        if schema is None:
             return _ALL_KINDS
-        at = len(self._ref_stack)
-        try:
-            schema, where = self._resolve(schema, where)
-        except DeclarationError:
-            return _ALL_KINDS
-        finally:
-            del self._ref_stack[at:]
         vals = _values(schema)
         if vals is not None:
             return frozenset(_kind(v) for v in vals)
@@ -766,15 +760,20 @@ class _Compiler:
             kinds &= self._kinds(part, where, depth + 1)
         return kinds
 
-    def _sub(self, schema: Any, where: str) -> dict[str, Any] | None:
-        """``schema`` resolved, or ``None`` where it does not resolve (the compile names what is wrong)."""
+    def _resolved(self, schema: Any, where: str) -> tuple[dict[str, Any], str]:
+        """:meth:`_resolve`, leaving the ``$ref`` stack as it was (for a look at a schema, not its compile)."""
         at = len(self._ref_stack)
         try:
-            return self._resolve(schema, where)[0]
-        except DeclarationError:
-            return None
+            return self._resolve(schema, where)
         finally:
             del self._ref_stack[at:]
+
+    def _sub(self, schema: Any, where: str) -> dict[str, Any] | None:
+        """``schema`` resolved, or ``None`` where it does not resolve (the compile names what is wrong)."""
+        try:
+            return self._resolved(schema, where)[0]
+        except DeclarationError:
+            return None
 
     def _emitted_kinds(self, schema: dict[str, Any], where: str) -> frozenset[str]:
         """The kinds of the values the compiled layout of ``schema`` emits (a superset): its kinds, with an untyped
@@ -793,12 +792,13 @@ class _Compiler:
         with a value ``b`` does not allow there. Failing those, ``a`` is narrowed (in place) where that makes it so:
         a property ``b`` requires that is optional in ``a`` is left out of ``a``; a property both declare with enums
         apart that is optional in ``a`` becomes required in ``a``. Narrowing is allowed: each record still holds."""
-        if not self._emitted_kinds(a, where) & self._kinds(b, where):
+        emitted = self._emitted_kinds(a, where)
+        if not emitted & self._kinds(b, where):
             return True
         va, vb = _values(a), _values(b)
         if va is not None and vb is not None:
             return not any(_same(x, y) for x in va for y in vb)
-        if self._emitted_kinds(a, where) != {"object"} or any(k in a for k in ("anyOf", "oneOf", "allOf")):
+        if emitted != {"object"} or any(k in a for k in ("anyOf", "oneOf", "allOf")):
             return False
         pa, pb = a.get("properties", {}), b.get("properties", {})
         ra, rb = a.get("required", []), b.get("required", [])
@@ -839,11 +839,7 @@ class _Compiler:
         rest = {k: v for k, v in schema.items() if k not in (key, "$defs", "definitions")}
         for k in [k for k, v in rest.items() if not constrains(k, v) and k not in self._asserting]:
             self._ignore(where, k, rest.pop(k))
-        depth = len(self._ref_stack)
-        resolved = []
-        for k, o in enumerate(options):
-            resolved.append(self._resolve(o, f"{where}/{key}/{k}"))
-            del self._ref_stack[depth:]
+        resolved = [self._resolved(o, f"{where}/{key}/{k}") for k, o in enumerate(options)]
         if rest or not all(opt.get("type", "object" if "properties" in opt else None) == "object"
                            for opt, _ in resolved):
             return self._general_union(key, options, rest, pointer, where)
@@ -853,8 +849,7 @@ class _Compiler:
             if not isinstance(props, dict) or not isinstance(req, list):
                 continue  # no tag here; the branch's own compile below names what is wrong
             for name, sub in props.items():
-                sub_r, _ = self._resolve(sub, where)
-                del self._ref_stack[depth:]
+                sub_r, _ = self._resolved(sub, where)
                 if name in req and ("const" in sub_r or len(sub_r.get("enum", [])) == 1):
                     tags.setdefault(name, []).append(sub_r["const"] if "const" in sub_r else sub_r["enum"][0])
         disc = next((n for n, vs in tags.items()
@@ -919,15 +914,9 @@ def _numbers(*xs: Any) -> bool:
 
 
 def _kind(v: Any) -> str:
-    if isinstance(v, bool):
-        return "boolean"
-    if v is None:
-        return "null"
-    if isinstance(v, (int, float)):
-        return "number"
-    if isinstance(v, str):
-        return "string"
-    return "array" if isinstance(v, list) else "object"
+    """The JSON kind of a value (integers are numbers)."""
+    t = json_type(v)
+    return {"integer": "number", "list": "array", "dict": "object"}.get(t, t)
 
 
 def _same(x: Any, y: Any) -> bool:

@@ -315,4 +315,4 @@ def test_other_engines_compile_refuse_and_judge_data() -> None:
     cov.process(item, t, samples=0, engines=[XGrammarEngine(vocab)], vocab=vocab)
     e = t.engines["xgrammar"]
     assert (e["compiled"], e["tests"], e["invalid_accepted"], e["valid_rejected"]) == (1, 2, 0, 0)
-    assert len(t.first_mask_ms) == 1 and t.first_mask_ms[0] > 0
+    assert len(t.first_mask_times) == 1 and t.first_mask_times[0] > 0

@@ -86,6 +86,8 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "dependencies-schema": {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9},
                                                              "b": {"type": "integer", "minimum": 0, "maximum": 9}},
                             "dependencies": {"a": {"properties": {"b": {"maximum": 1}}}}},
+    "dependent-false": {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 2},
+                                                         "b": {"type": "boolean"}}, "dependentSchemas": {"a": False}},
     "enum-typed": {"type": "string", "enum": ["a", "b", 1, None]},
     "empty-parts": {"type": "object", "required": ["a"], "properties": {
         "a": {"anyOf": [{"type": "integer", "enum": ["x"]}, {"type": "integer", "minimum": 0, "maximum": 2}]},
@@ -117,7 +119,7 @@ def _narrowed(name: str, v: Any) -> bool:
     if name in narrowed and isinstance(v, dict) and narrowed[name](v):
         return True
     declared = {"oneOf-required-undeclared": {"p", "q"}, "empty-parts": {"a", "s"}, "pattern-properties": {"ab", "b"}, "required-undeclared": {"a"}, "min-max-properties": {"a", "b", "k"},
-                "dependent-required": {"a", "b"}, "dependencies-schema": {"a", "b"}, "oneOf-required": {"p", "q"}, "oneOf-optional-tags": {"t", "v"}, "anyOf-siblings": {"k", "n", "s"}, "oneOf-kinds": {"k"}, "oneOf-tags": {"k", "x", "s"},
+                "dependent-required": {"a", "b"}, "dependencies-schema": {"a", "b"}, "dependent-false": {"b"}, "oneOf-required": {"p", "q"}, "oneOf-optional-tags": {"t", "v"}, "anyOf-siblings": {"k", "n", "s"}, "oneOf-kinds": {"k"}, "oneOf-tags": {"k", "x", "s"},
                 "allOf-objects": {"a", "b"}, "allOf-closed": {"a"}, "allOf-ref": {"k"}}
     return isinstance(v, dict) and name in declared and not set(v) <= declared[name]
 

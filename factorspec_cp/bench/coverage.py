@@ -49,6 +49,7 @@ from ..errors import DeclarationError
 from ..schema import ArrayNode, Field, FreeField, Leaf, Node, ObjectNode, UnionNode, jkey
 from ..spec import Spec
 from ..tokenmap.freeslot import FORMATS
+from . import summary_ms
 
 #: Records generated per compiled schema (default).
 SAMPLES = 3
@@ -504,8 +505,8 @@ class Tally:
     timeouts: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
     compile_seconds: float = 0.0
-    compile_ms: list[float] = field(default_factory=list)  # ours, per compiled schema
-    first_mask_ms: list[float] = field(default_factory=list)  # ours: compile + layout + decoder + first mask
+    compile_times: list[float] = field(default_factory=list)  # ours, seconds per compiled schema
+    first_mask_times: list[float] = field(default_factory=list)  # ours: compile + layout + decoder + first mask
     engines: dict[str, dict[str, Any]] = field(default_factory=dict)  # XGrammar, llguidance: see _engine_check
 
     @property
@@ -546,21 +547,13 @@ class Tally:
             "timeouts": short(self.timeouts),
             "seconds": round(self.seconds, 3), "compile_ms_mean": round(1e3 * self.compile_seconds
                                                                           / max(1, self.total), 4),
-            "compile_ms": _percentiles(self.compile_ms), "first_mask_ms": _percentiles(self.first_mask_ms),
-            "engines": {name: {**{k: v for k, v in e.items() if k not in ("ms", "reasons", "weakenings")},
-                               "compile_ms": _percentiles(e["ms"]),
+            "compile_ms": summary_ms(self.compile_times), "first_mask_ms": summary_ms(self.first_mask_times),
+            "engines": {name: {**{k: v for k, v in e.items() if k not in ("times", "reasons", "weakenings")},
+                               "compile_ms": summary_ms(e["times"]),
                                "top_refusal_reasons": dict(e["reasons"].most_common(TOP_REASONS)),
                                "weakenings": short(e["weakenings"])}
                         for name, e in self.engines.items()},
         }
-
-
-def _percentiles(ms: list[float]) -> dict[str, Any]:
-    if not ms:
-        return {"n": 0}
-    xs = sorted(ms)
-    pick = (lambda q: round(xs[min(len(xs) - 1, int(q * len(xs)))], 3))
-    return {"n": len(xs), "p50": pick(0.5), "p99": pick(0.99), "max": round(xs[-1], 3)}
 
 
 def _short(x: dict[str, Any], limit: int = 600) -> dict[str, Any]:
@@ -602,11 +595,11 @@ def _engine_check(item: Item, tally: Tally, engines: list[Any]) -> None:
     Test Suite the invalid data it accepts (weakenings) and the valid data it rejects."""
     for eng in engines:
         e = tally.engines.setdefault(eng.name, {"version": eng.version, "compiled": 0, "refused": 0,
-                                                "reasons": Counter(), "ms": [], "tests": 0, "invalid_tests": 0,
+                                                "reasons": Counter(), "times": [], "tests": 0, "invalid_tests": 0,
                                                 "invalid_accepted": 0, "valid_rejected": 0, "check_errors": 0,
                                                 "weakenings": []})
         compiled, reason, seconds = eng.compile(item.doc)
-        e["ms"].append(1e3 * seconds)
+        e["times"].append(seconds)
         if compiled is None:
             e["refused"] += 1
             e["reasons"][reason] += 1
@@ -679,7 +672,7 @@ def process(item: Item, tally: Tally, *, samples: int = SAMPLES, seed: int = 0,
         return row
     took = time.perf_counter() - t
     tally.compile_seconds += took
-    tally.compile_ms.append(1e3 * took)
+    tally.compile_times.append(took)
     tally.compiled += 1
     row["status"] = "compiled"
     root = spec.compiled.root
@@ -702,7 +695,7 @@ def process(item: Item, tally: Tally, *, samples: int = SAMPLES, seed: int = 0,
     if vocab is not None and layout is not None:
         row["stage"] = "first mask"
         try:
-            tally.first_mask_ms.append(1e3 * (took + _first_mask(spec, vocab)))
+            tally.first_mask_times.append(took + _first_mask(spec, vocab))
         except DeclarationError as e:  # a budget error on the way is a refusal of the layout, listed with it
             tally.layout_refused_by_reason[f"first mask: {refusal_reason(e)}"] += 1
 
