@@ -62,3 +62,22 @@ def test_serve_without_drafts_and_bad_options(tmp_path):
             server_env(ngram=bad)
     r = _cli("serve", "--model", str(tmp_path / "missing"), "--dry-run")
     assert r.returncode != 0 and "not a folder" in r.stderr
+
+
+def test_serve_engine_sglang_prints_the_launch_line(tmp_path):
+    # the line only (SGLang's parser takes it: tests/test_sglang.py, in the SGLang environment)
+    r = _cli("serve", "--engine", "sglang", "--model", str(tmp_path), "--num-speculative-tokens", "7", "--dry-run",
+             "--", "--mem-fraction-static", "0.8")
+    assert r.returncode == 0, r.stderr
+    cmd = shlex.split(r.stdout.strip())
+    assert cmd[:5] == ["python", "-m", "sglang.launch_server", "--model-path", str(tmp_path)]
+    assert cmd[cmd.index("--grammar-backend") + 1] == "factorspec"
+    assert cmd[cmd.index("--speculative-algorithm") + 1] == "NGRAM"
+    assert cmd[cmd.index("--speculative-num-draft-tokens") + 1] == "8"  # the root (last token) + 7 certain
+    assert cmd[cmd.index("--port") + 1] == "30000" and cmd[-2:] == ["--mem-fraction-static", "0.8"]
+    assert "needs a GPU" in r.stderr
+    off = shlex.split(_cli("serve", "--engine", "sglang", "--model", str(tmp_path), "--num-speculative-tokens", "0",
+                           "--dry-run").stdout.strip())
+    assert "--speculative-algorithm" not in off
+    bad = _cli("serve", "--engine", "sglang", "--model", str(tmp_path), "--ngram", "2:4", "--dry-run")
+    assert bad.returncode != 0 and "--ngram" in bad.stderr

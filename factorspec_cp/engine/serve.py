@@ -53,6 +53,8 @@ def serve(args: Any) -> int:
     if not Path(args.model).is_dir():
         raise FileNotFoundError(f"--model {args.model}: not a folder")
     extra = [a for a in (args.extra or []) if a != "--"]
+    if getattr(args, "engine", "vllm") == "sglang":
+        return _serve_sglang(args, extra)
     env = server_env(ngram=args.ngram)
     cmd = vllm_command(args.model, host=args.host, port=args.port, num_speculative_tokens=args.num_speculative_tokens,
                        max_model_len=args.max_model_len, extra=extra)
@@ -67,6 +69,35 @@ def serve(args: Any) -> int:
         raise FileNotFoundError("no `vllm` command in this environment: make one with scripts/setup-vllm.sh")
     os.execve(exe_path, [exe_path, *cmd[1:]], {**os.environ, **env})
     return 0  # pragma: no cover - execve does not return
+
+
+def _serve_sglang(args: Any, extra: list[str]) -> int:
+    """``--engine sglang``: SGLang's launcher with factorspec's grammar backend and n-gram draft rows (the plugin
+    loads by entry point in SGLang's processes). For a machine with a GPU: not run end to end on this project's
+    machines, whose CPUs SGLang's server does not support (README)."""
+    from importlib.util import find_spec
+
+    from .sglang import launch_command
+
+    if args.ngram:
+        raise ValueError("--ngram sets vLLM's prompt lookup; SGLang's NGRAM algorithm drafts every request from its "
+                         "own corpus (pass its --speculative-ngram-* options after --)")
+    port = args.port if args.port != 8000 else 30000  # SGLang's own default port unless one is given
+    # the draft width counts the committed token at the root of the row: the certain-run cap plus one
+    cmd = launch_command(args.model, host=args.host, port=port,
+                         num_draft_tokens=args.num_speculative_tokens + 1 if args.num_speculative_tokens > 0 else 0,
+                         extra=["--context-length", str(args.max_model_len), *extra], python=sys.executable)
+    plain = shlex.join(["python", *cmd[1:]])
+    print(f"factorspec serve: the SGLang server as a plain command line (needs a GPU):\n  {plain}", file=sys.stderr,
+          flush=True)
+    if args.dry_run:
+        print(plain)
+        return 0
+    if find_spec("sglang") is None:
+        raise FileNotFoundError("SGLang is not installed in this environment: install sglang (0.5.16 to 0.5.23) on "
+                                "a machine with a GPU, with factorspec-cp beside it")
+    os.execv(sys.executable, cmd)
+    return 0  # pragma: no cover - execv does not return
 
 
 # ------------------------------------------------------------------------------------------------- a local server
