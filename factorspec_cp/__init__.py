@@ -11,8 +11,8 @@
 from .errors import (
                      BackendUnsupported,
                      DeclarationError,
-                     FactorspecError,
                      EmptySchema,
+                     FactorspecError,
                      FreeFieldInRelation,
                      InvalidAssignment,
                      MalformedRelation,

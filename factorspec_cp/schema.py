@@ -844,7 +844,7 @@ class _Compiler:
                            for opt, _ in resolved):
             return self._general_union(key, options, rest, pointer, where)
         tags: dict[str, list[Any]] = {}
-        for k, (opt, _) in enumerate(resolved):
+        for opt, _ in resolved:
             props, req = opt.get("properties", {}), opt.get("required", [])
             if not isinstance(props, dict) or not isinstance(req, list):
                 continue  # no tag here; the branch's own compile below names what is wrong

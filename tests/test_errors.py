@@ -172,8 +172,8 @@ SWEEP = [
 ] + [
     ("integer", k, v) for k, v in [("not", {})]
 ] + [
-    ("object", k, v) for k, v in [("propertyNames", {}), ("unevaluatedProperties", False), ("if", {}), ("then", {}), ("else", {}),
-                                  ("not", {})]
+    ("object", k, v) for k, v in [("propertyNames", {}), ("unevaluatedProperties", False), ("if", {}),
+                                  ("then", {}), ("else", {}), ("not", {})]
 ] + [
     ("array", k, v) for k, v in [("prefixItems", [{}]), ("contains", {}), ("minContains", 1), ("maxContains", 2),
                                  ("uniqueItems", True), ("unevaluatedItems", False), ("additionalItems", False)]

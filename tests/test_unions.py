@@ -118,9 +118,13 @@ def _narrowed(name: str, v: Any) -> bool:
     }
     if name in narrowed and isinstance(v, dict) and narrowed[name](v):
         return True
-    declared = {"oneOf-required-undeclared": {"p", "q"}, "empty-parts": {"a", "s"}, "pattern-properties": {"ab", "b"}, "required-undeclared": {"a"}, "min-max-properties": {"a", "b", "k"},
-                "dependent-required": {"a", "b"}, "dependencies-schema": {"a", "b"}, "dependent-false": {"b"}, "oneOf-required": {"p", "q"}, "oneOf-optional-tags": {"t", "v"}, "anyOf-siblings": {"k", "n", "s"}, "oneOf-kinds": {"k"}, "oneOf-tags": {"k", "x", "s"},
-                "allOf-objects": {"a", "b"}, "allOf-closed": {"a"}, "allOf-ref": {"k"}}
+    declared = {
+        "oneOf-required-undeclared": {"p", "q"}, "empty-parts": {"a", "s"}, "pattern-properties": {"ab", "b"},
+        "required-undeclared": {"a"}, "min-max-properties": {"a", "b", "k"}, "dependent-required": {"a", "b"},
+        "dependencies-schema": {"a", "b"}, "dependent-false": {"b"}, "oneOf-required": {"p", "q"},
+        "oneOf-optional-tags": {"t", "v"}, "anyOf-siblings": {"k", "n", "s"}, "oneOf-kinds": {"k"},
+        "oneOf-tags": {"k", "x", "s"}, "allOf-objects": {"a", "b"}, "allOf-closed": {"a"}, "allOf-ref": {"k"}
+    }
     return isinstance(v, dict) and name in declared and not set(v) <= declared[name]
 
 
