@@ -206,8 +206,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
                          '{"prompt": ..., "declaration": ...}, carries its own)')
     if not args.json:
         print(f"{name}: loading the packaged model (SmolLM2-135M-Instruct) ...", file=sys.stderr)
-    engine = Engine(width=args.width, temperature=args.temperature, batch=1, seed=args.seed)
-    res = engine.run([Job(spec, prompt, args.drafter, args.constraint, args.max_tokens)])[0]
+    with Engine(width=args.width, temperature=args.temperature, batch=1, seed=args.seed,
+                constraint_workers=args.constraint_workers) as engine:
+        res = engine.run([Job(spec, prompt, args.drafter, args.constraint, args.max_tokens)])[0]
     problems = spec.check_record(res.record) if res.record is not None else ["the output is not a JSON object"]
     stats = dict(res.stats, valid=not problems)
     if args.json:
@@ -268,6 +269,8 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--max-tokens", type=int, default=1024)
+    g.add_argument("--constraint-workers", type=int, default=None, metavar="N",
+                   help="constraint worker processes (0: in-process; default $FACTORSPEC_CONSTRAINT_WORKERS or 0)")
     g.add_argument("--json", action="store_true", help='print {"record": ..., "stats": ...}')
     g.set_defaults(fn=cmd_generate)
     m = sub.add_parser("model", help="the packaged model prepared for servers")
@@ -284,6 +287,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--ngram", default=None, metavar="MIN:MAX",
                    help="prompt-lookup drafts for requests without a declaration (default: none)")
     s.add_argument("--max-model-len", type=int, default=4096)
+    s.add_argument("--constraint-workers", type=int, default=None, metavar="N",
+                   help="constraint worker processes per server process (0: in-process)")
     s.add_argument("--dry-run", action="store_true", help="print the command lines and exit")
     s.add_argument("extra", nargs=argparse.REMAINDER, help="after --: more server arguments")
     s.set_defaults(fn=cmd_serve)

@@ -76,6 +76,21 @@ def backend(server_args, tokenizer, vocab_size):
     return create_grammar_backend(server_args, tokenizer, vocab_size, {tokenizer.eos_token_id})
 
 
+@pytest.fixture(scope="module")
+def backend_service(server_args, tokenizer, vocab_size):
+    """The same backend with one constraint worker (``FACTORSPEC_CONSTRAINT_WORKERS``, the server processes' switch)."""
+    from sglang.srt.constrained.base_grammar_backend import create_grammar_backend
+
+    os.environ["FACTORSPEC_CONSTRAINT_WORKERS"] = "1"
+    try:
+        b = create_grammar_backend(server_args, tokenizer, vocab_size, {tokenizer.eos_token_id})
+    finally:
+        del os.environ["FACTORSPEC_CONSTRAINT_WORKERS"]
+    assert b.compiler.workers == 1
+    yield b
+    b.compiler.close()
+
+
 def _compile(backend, schema: dict | str):
     """What SGLang's grammar manager does for a request: the cache or a compile on the backend's pool."""
     key = ("json", schema if isinstance(schema, str) else json.dumps(schema))
@@ -118,10 +133,12 @@ def _stream(spec, vocab, gold) -> list[int]:
     return gold_walk(spec, vocab, gold)["tokens"]
 
 
-def test_batched_masks_match_the_decoder_and_xgrammar(backend, vocab_size, tokenizer):
+@pytest.mark.parametrize("which", ["backend", "backend_service"])
+def test_batched_masks_match_the_decoder_and_xgrammar(which, request, vocab_size, tokenizer):
     """A mixed batch (trip, plain schema, tool call, no grammar) stepped through SGLang's batch mask code: every
     factorspec row is the Decoder's mask, the plain row is SGLang's XGrammar backend's, the free row admits all,
-    and ``apply_logits_bias`` leaves exactly the admitted logits finite."""
+    and ``apply_logits_bias`` leaves exactly the admitted logits finite. In-process and through a worker."""
+    backend = request.getfixturevalue(which)
     from sglang.srt.constrained.xgrammar_backend import XGrammarGrammarBackend
     from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
 
@@ -178,6 +195,10 @@ def test_batched_masks_match_the_decoder_and_xgrammar(backend, vocab_size, token
     assert grammars[0].is_terminated() and grammars[1].is_terminated() and grammars[2].is_terminated()
     assert json.loads(vocab.decode([t for t in streams[0] if t not in vocab.eos_token_ids])) == \
         grammars[0].grammar.record()
+    if which == "backend_service":
+        from factorspec_cp.engine.service import ServiceGrammar
+
+        assert isinstance(grammars[0].grammar, ServiceGrammar) and isinstance(grammars[2].grammar, ServiceGrammar)
     assert checked == sum(len(s) for s in streams if s is not None)
 
 
@@ -186,6 +207,7 @@ def test_a_cached_declaration_hands_out_fresh_grammars(backend):
     a = _compile(backend, trip.spec.to_json())
     b = _compile(backend, trip.spec.to_json())  # a cache hit: a copy
     assert a is not b and a.compiled is b.compiled and a.grammar is not b.grammar
+    assert backend.cache[("json", json.dumps(trip.spec.to_json()))]._grammar is None  # the cached copy holds none
     run = a.certain_run(4)
     a.accept_token(run[0])
     assert a.grammar.num_tokens == 1 and b.grammar.num_tokens == 0

@@ -130,23 +130,12 @@ class Grammar:
         """Write the admitted tokens into row ``row`` of ``bitmask``: a 2-D int32 numpy array or CPU torch tensor
         (the server's own buffer), packed as bit ``t % 32`` of word ``t // 32``. Words past the vocabulary (a
         padded logit width) are cleared. After termination nothing is admitted."""
-        target = bitmask[row]
-        if hasattr(target, "numpy"):  # a torch tensor: its CPU storage, written in place
-            if target.device.type != "cpu":
-                self.matcher.fill_mask(self._scratch)
-                target[: self.words].copy_(_torch_from(self._scratch, target))
-                target[self.words:] = 0
-                return
-            target = target.numpy()
-        if target.shape == (self.words,) and target.dtype == np.int32 and target.flags.c_contiguous:
+        target = _row_view(bitmask, row, self.words)
+        if target is not None:
             self.matcher.fill_mask(target)
             return
-        if target.dtype != np.int32 or target.ndim != 1 or target.shape[0] < self.words:
-            raise ValueError(f"a bitmask row is int32 with at least {self.words} words, not {target.dtype} "
-                             f"{target.shape}")
         self.matcher.fill_mask(self._scratch)
-        target[: self.words] = self._scratch
-        target[self.words:] = 0
+        write_row(self._scratch, bitmask, row, self.words)
 
     def certain_run(self, k: int = 64) -> list[int]:
         """The tokens the declaration makes certain from here (at most ``k``; may end with EOS)."""
@@ -166,6 +155,34 @@ class Grammar:
         return self.matcher.record()
 
 
+def _row_view(bitmask: Any, row: int, words: int) -> np.ndarray | None:
+    """Row ``row`` of ``bitmask`` as an int32 numpy view of exactly ``words`` words, where it is one."""
+    target = bitmask[row]
+    if hasattr(target, "numpy"):
+        if target.device.type != "cpu":
+            return None
+        target = target.numpy()
+    if target.shape == (words,) and target.dtype == np.int32 and target.flags.c_contiguous:
+        return target
+    return None
+
+
+def write_row(src: np.ndarray, bitmask: Any, row: int, words: int) -> None:
+    """Copy a packed mask row ``src`` (``words`` int32) into row ``row`` of ``bitmask`` (numpy or torch, any device,
+    at least ``words`` wide; the words past it are cleared)."""
+    target = bitmask[row]
+    if hasattr(target, "numpy"):  # a torch tensor
+        if target.device.type != "cpu":
+            target[:words].copy_(_torch_from(src, target))
+            target[words:] = 0
+            return
+        target = target.numpy()
+    if target.dtype != np.int32 or target.ndim != 1 or target.shape[0] < words:
+        raise ValueError(f"a bitmask row is int32 with at least {words} words, not {target.dtype} {target.shape}")
+    target[:words] = src
+    target[words:] = 0
+
+
 def _torch_from(row: np.ndarray, like: Any) -> Any:
     import torch
 
@@ -176,8 +193,10 @@ class CompiledDeclaration:
     """A declaration compiled for one vocabulary and style: hands out per-request :class:`Grammar` objects that
     share its layout and mask caches."""
 
-    def __init__(self, spec: Spec, vocab: Vocabulary, *, style: str | int, mode: str, backend: str | None):
+    def __init__(self, spec: Spec, vocab: Vocabulary, *, style: str | int, mode: str, backend: str | None,
+                 service: Any = None):
         self.spec, self.vocab, self.style, self.mode, self.backend = spec, vocab, style, mode, backend
+        self._service = service  # a callable giving the compiler's ConstraintService, or None (in-process)
         self._lock = threading.Lock()
         with self._lock:  # builds the shared layout and token index now, on the compiling thread
             compiled_for(spec, vocab, style)
@@ -189,7 +208,13 @@ class CompiledDeclaration:
         """A fresh per-request grammar (its own solver session unless ``session`` is given). With ``prime`` (the
         default) its root pass and first certain run are computed now (:meth:`Decoder.prime`): a server compiles
         grammars off its step loop (vLLM on its structured-output thread pool), so the step that takes the first
-        token does not wait for them."""
+        token does not wait for them.
+
+        Where the compiler has constraint workers (``workers=N``) and no ``session`` is given, the grammar is a
+        :class:`~.service.ServiceGrammar`: the session lives in a worker process, which computes each next mask row
+        and certain run while the engine runs its forward pass."""
+        if self._service is not None and session is None:
+            return self._service().open(self.spec)  # type: ignore[no-any-return]
         with self._lock:
             dec = Decoder(self.spec, self.vocab, style=self.style, mode=self.mode, backend=self.backend,
                           session=session)
@@ -209,12 +234,21 @@ class GrammarCompiler:
         As for :meth:`Spec.decoder`: ``"compact"`` or an indent; ``"canonical"`` or ``"exact"``.
     backend
         The solver backend for sessions (default: chosen per declaration).
+    workers
+        Constraint worker processes (:mod:`~.service`): 0 keeps every session in-process; ``None`` (the default)
+        reads ``$FACTORSPEC_CONSTRAINT_WORKERS`` (unset: 0), the switch server processes take.
     """
 
     def __init__(self, vocab: Vocabulary, *, style: str | int = "compact", mode: str = "canonical",
-                 backend: str | None = None, max_entries: int = 256):
+                 backend: str | None = None, max_entries: int = 256, workers: int | None = None):
+        from .service import workers_from_env
+
         self.vocab, self.style, self.mode, self.backend = vocab, style, mode, backend
         self.max_entries = max_entries
+        self.workers = workers_from_env() if workers is None else int(workers)
+        if self.workers < 0:
+            raise ValueError(f"workers={workers}: 0 (in-process) or more")
+        self._service: Any = None
         self._cache: OrderedDict[str, CompiledDeclaration] = OrderedDict()
         self._lock = threading.Lock()
         self._building: dict[str, threading.Lock] = {}
@@ -238,7 +272,8 @@ class GrammarCompiler:
                     self.hits += 1
                     return hit
             spec = declaration if isinstance(declaration, Spec) else Spec.from_json(json.loads(key))
-            compiled = CompiledDeclaration(spec, self.vocab, style=self.style, mode=self.mode, backend=self.backend)
+            compiled = CompiledDeclaration(spec, self.vocab, style=self.style, mode=self.mode, backend=self.backend,
+                                           service=self.service if self.workers else None)
             with self._lock:
                 self.misses += 1
                 self._cache[key] = compiled
@@ -246,3 +281,20 @@ class GrammarCompiler:
                     self._cache.popitem(last=False)
                 self._building.pop(key, None)
             return compiled
+
+    def service(self) -> Any:
+        """The compiler's :class:`~.service.ConstraintService` (started on first use; ``workers`` > 0 only)."""
+        with self._lock:
+            if self._service is None:
+                from .service import ConstraintService
+
+                self._service = ConstraintService(self.vocab, self.workers, style=self.style, mode=self.mode,
+                                                  backend=self.backend)
+            return self._service
+
+    def close(self) -> None:
+        """Stop the compiler's constraint workers, if it started any."""
+        with self._lock:
+            service, self._service = self._service, None
+        if service is not None:
+            service.close()

@@ -151,10 +151,13 @@ class Engine:
         0: greedy. Otherwise sampling at this temperature, exact under the masks.
     batch
         Requests decoded together (one forward pass per step for all of them).
+    constraint_workers
+        Constraint worker processes for the requests' sessions (:mod:`~.service`; 0: in-process; ``None``:
+        ``$FACTORSPEC_CONSTRAINT_WORKERS``, unset 0). Call :meth:`close` (or use ``with``) to stop them.
     """
 
     def __init__(self, model: Any = None, *, width: int = 16, temperature: float = 0.0, batch: int = 4,
-                 seed: int = 0):
+                 seed: int = 0, constraint_workers: int | None = None):
         if model is None:
             from .model import EmbeddedModel
             model = EmbeddedModel.smollm2()
@@ -170,7 +173,17 @@ class Engine:
         self.gen = torch.Generator().manual_seed(seed)
         self._words = mask_words(self.vocab.size)
         self._row = np.zeros((1, self._words), dtype=np.int32)
-        self.compiler = GrammarCompiler(self.vocab)
+        self.compiler = GrammarCompiler(self.vocab, workers=constraint_workers)
+
+    def close(self) -> None:
+        """Stop the constraint workers, if any were started."""
+        self.compiler.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     # -- masks ----------------------------------------------------------------------------------------------------
     def _mask(self, r: _Request) -> torch.Tensor | None:

@@ -56,6 +56,7 @@ def serve(args: Any) -> int:
     if getattr(args, "engine", "vllm") == "sglang":
         return _serve_sglang(args, extra)
     env = server_env(ngram=args.ngram)
+    env.update(_workers_env(args))
     cmd = vllm_command(args.model, host=args.host, port=args.port, num_speculative_tokens=args.num_speculative_tokens,
                        max_model_len=args.max_model_len, extra=extra)
     plain = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " + shlex.join(cmd)
@@ -69,6 +70,18 @@ def serve(args: Any) -> int:
         raise FileNotFoundError("no `vllm` command in this environment: make one with scripts/setup-vllm.sh")
     os.execve(exe_path, [exe_path, *cmd[1:]], {**os.environ, **env})
     return 0  # pragma: no cover - execve does not return
+
+
+def _workers_env(args: Any) -> dict[str, str]:
+    """``--constraint-workers N`` as the environment the server's processes read (``FACTORSPEC_CONSTRAINT_WORKERS``)."""
+    n = getattr(args, "constraint_workers", None)
+    if n is None:
+        return {}
+    if n < 0:
+        raise ValueError(f"--constraint-workers {n}: 0 (in-process) or more")
+    from .service import WORKERS_ENV
+
+    return {WORKERS_ENV: str(n)}
 
 
 def _serve_sglang(args: Any, extra: list[str]) -> int:
@@ -87,7 +100,9 @@ def _serve_sglang(args: Any, extra: list[str]) -> int:
     cmd = launch_command(args.model, host=args.host, port=port,
                          num_draft_tokens=args.num_speculative_tokens + 1 if args.num_speculative_tokens > 0 else 0,
                          extra=["--context-length", str(args.max_model_len), *extra], python=sys.executable)
-    plain = shlex.join(["python", *cmd[1:]])
+    env = _workers_env(args)
+    plain = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + (" " if env else "") + \
+        shlex.join(["python", *cmd[1:]])
     print(f"factorspec serve: the SGLang server as a plain command line (needs a GPU):\n  {plain}", file=sys.stderr,
           flush=True)
     if args.dry_run:
@@ -96,7 +111,7 @@ def _serve_sglang(args: Any, extra: list[str]) -> int:
     if find_spec("sglang") is None:
         raise FileNotFoundError("SGLang is not installed in this environment: install sglang (0.5.16 to 0.5.23) on "
                                 "a machine with a GPU, with factorspec-cp beside it")
-    os.execv(sys.executable, cmd)
+    os.execve(sys.executable, cmd, {**os.environ, **env})
     return 0  # pragma: no cover - execv does not return
 
 

@@ -127,14 +127,22 @@ def _classes() -> dict[str, Any]:
     class FactorspecGrammar(base.BaseGrammarObject):
         """SGLang's per-request grammar over a factorspec :class:`~.grammar.Grammar`; rows in XGrammar's layout."""
 
-        def __init__(self, compiled: CompiledDeclaration, grammar: Grammar):
+        def __init__(self, compiled: CompiledDeclaration, grammar: Grammar | None = None):
             super().__init__()
-            self.compiled, self.grammar = compiled, grammar
+            self.compiled, self._grammar = compiled, grammar
             stats = getattr(base, "GrammarStats", None)
             self.grammar_stats = stats(dispatch_type="factorspec") if stats is not None else None
 
+        @property
+        def grammar(self) -> Any:
+            """The request's grammar, made on first use: the copy SGLang keeps in its cache is never used, so it
+            holds no session (nor a constraint worker's slot)."""
+            if self._grammar is None:
+                self._grammar = self.compiled.grammar()
+            return self._grammar
+
         def __repr__(self) -> str:
-            return f"FactorspecGrammar({self.grammar!r})"
+            return f"FactorspecGrammar({self._grammar!r})"
 
         def accept_token(self, token: int) -> None:
             if self.grammar.is_terminated():  # as XGrammar's grammar: tokens after the end are ignored
@@ -166,7 +174,7 @@ def _classes() -> dict[str, Any]:
 
         def copy(self) -> FactorspecGrammar:
             """A fresh request grammar over the same compiled declaration (SGLang's cache hands out copies)."""
-            return FactorspecGrammar(self.compiled, self.compiled.grammar())
+            return FactorspecGrammar(self.compiled)
 
         def try_jump_forward(self, tokenizer: Any) -> None:
             return None  # certain runs go out as drafts (the n-gram hook), verified in one forward pass

@@ -58,6 +58,16 @@ class Vocabulary:
                 raise VocabularyError(f"special or eos id {i} is outside the vocabulary (size {len(self._tokens)})")
         self._encoder_factory = encoder
         self._encoder: Any = None
+        # how to build this vocabulary again in another process (its encoder is a closure): (fn, args, kwargs)
+        self._recipe: tuple[Callable[..., Vocabulary], tuple[Any, ...], dict[str, Any]] | None = None
+
+    def __reduce__(self) -> Any:
+        """Pickled as the constructor call that builds it (a worker process of the constraint service rebuilds it
+        there): bundled vocabularies by name, ``from_tokenizer`` ones with their tokenizer."""
+        if self._recipe is None:
+            raise TypeError(f"vocabulary {self.name!r} cannot be sent to another process: build it with "
+                            "Vocabulary.qwen3/llama3/smollm2 or from_tokenizer")
+        return (_rebuild, self._recipe)
 
     # ----- what a mask row covers -----
 
@@ -139,6 +149,9 @@ class Vocabulary:
         out = Vocabulary(self._tokens, name=self.name, special_tokens=self.special_tokens,
                          eos_token_ids=self.eos_token_ids, encoder=self._encoder_factory, size=size)
         out._encoder = self._encoder
+        if self._recipe is not None:
+            fn, args, kwargs = self._recipe
+            out._recipe = (fn, args, {**kwargs, "size": size})
         return out
 
     # ----- constructors -----
@@ -168,7 +181,10 @@ class Vocabulary:
         >>> v.tokens, v.special_tokens, v.encode("ab a")
         ((b'a', b'b', b'ab', b' ', None), {4: '<|end|>'}, [2, 3, 0])
         """
-        return cls(**tokenizer_parts(tokenizer, name=name, eos_token_ids=eos_token_ids, size=size))
+        v = cls(**tokenizer_parts(tokenizer, name=name, eos_token_ids=eos_token_ids, size=size))
+        v._recipe = (Vocabulary.from_tokenizer, (tokenizer,), {
+            "name": name, "eos_token_ids": None if eos_token_ids is None else list(eos_token_ids), "size": size})
+        return v
 
     @classmethod
     def from_gguf(cls, path: str, *, name: str | None = None, eos_token_ids: Iterable[int] | None = None,
@@ -189,6 +205,7 @@ class Vocabulary:
         from .bundled import load
 
         v = load("qwen3")
+        v._recipe = (Vocabulary.qwen3, (), {})
         return v if size is None else v.padded(size)
 
     @classmethod
@@ -200,6 +217,7 @@ class Vocabulary:
         from .bundled import load
 
         v = load("llama3")
+        v._recipe = (Vocabulary.llama3, (), {})
         return v if size is None else v.padded(size)
 
     @classmethod
@@ -208,4 +226,9 @@ class Vocabulary:
         from .bundled import load
 
         v = load("smollm2")
+        v._recipe = (Vocabulary.smollm2, (), {})
         return v if size is None else v.padded(size)
+
+
+def _rebuild(fn: Callable[..., Vocabulary], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Vocabulary:
+    return fn(*args, **kwargs)

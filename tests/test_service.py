@@ -1,0 +1,187 @@
+"""The constraint service against in-process grammars: same masks, runs and records; bad input, killed workers and
+shut-down leave nothing behind (processes, shared-memory segments)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from factorspec_cp.bench.generate import bfcl_problems, trip_problems
+from factorspec_cp.bench.masks import gold_walk
+from factorspec_cp.engine.grammar import GrammarCompiler
+from factorspec_cp.engine.service import ConstraintService, ServiceGrammar, WorkerDied, workers_from_env
+from factorspec_cp.errors import UnknownPath, UnsatisfiableDeclaration
+from factorspec_cp.tokenmap import Vocabulary
+from factorspec_cp.tokenmap.decoder import mask_words
+from factorspec_cp.workloads import bfcl
+
+SHM = Path("/dev/shm")
+
+
+def _segments() -> set[str]:
+    return {p.name for p in SHM.glob(f"factorspec-{os.getpid()}-*")} if SHM.is_dir() else set()
+
+
+@pytest.fixture(scope="module")
+def vocab() -> Vocabulary:
+    return Vocabulary.smollm2()
+
+
+@pytest.fixture(scope="module")
+def service(vocab):
+    with ConstraintService(vocab, workers=2, slots=16) as s:
+        yield s
+
+
+def _cases(vocab):
+    trip = trip_problems(2)
+    tool = bfcl_problems(3)
+    out = [(p.spec, p.gold) for p in trip]
+    out += [(p.spec, bfcl.gold_records(p.gold)[0]) for p in tool[1:]]
+    return [(spec, gold_walk(spec, vocab, gold)["tokens"]) for spec, gold in out]
+
+
+def test_service_grammars_match_in_process_ones_token_by_token(service, vocab):
+    """Four requests (two trips, two tool calls) interleaved over two workers: at every position the mask row, the
+    certain run, ``is_terminated`` and ``validate`` of the worker's grammar equal an in-process grammar's."""
+    local = GrammarCompiler(vocab, workers=0)
+    cases = _cases(vocab)
+    remote = [service.open(spec) for spec, _ in cases]
+    assert {g._worker.index for g in remote} == {0, 1}  # spread over both workers
+    ref = [local.compile(spec).grammar() for spec, _ in cases]
+    words = mask_words(vocab.size)
+    a, b = np.zeros((1, words), np.int32), np.zeros((1, words), np.int32)
+    steps = max(len(t) for _, t in cases)
+    for k in range(steps):
+        for g, r, (_, toks) in zip(remote, ref, cases):
+            if k >= len(toks):
+                continue
+            g.fill(a, 0)
+            r.fill(b, 0)
+            assert np.array_equal(a, b), k
+            assert g.certain_run(16) == r.certain_run(16)
+            assert g.certain_run(400) == r.certain_run(400)  # past the slot's RUN_MAX: asked of the worker
+            assert g.validate(toks[k:k + 5]) == r.validate(toks[k:k + 5])
+            assert g.accept([toks[k]]) and r.accept([toks[k]])
+            assert g.is_terminated() == r.is_terminated() and g.num_tokens == r.num_tokens
+    for g, r in zip(remote, ref):
+        assert g.is_terminated() and g.record() == r.record()
+        g.rollback(3)
+        r.rollback(3)
+        g.fill(a, 0)
+        r.fill(b, 0)
+        assert np.array_equal(a, b) and not g.is_terminated()
+        g.close()
+
+
+def test_a_refused_token_changes_nothing_and_bad_declarations_raise_their_typed_error(service, vocab):
+    spec, toks = _cases(vocab)[0]
+    g = service.open(spec)
+    words = mask_words(vocab.size)
+    before, after = np.zeros((1, words), np.int32), np.zeros((1, words), np.int32)
+    g.fill(before, 0)
+    wrong = next(t for t in range(vocab.size) if t != toks[0] and not (before[0, t >> 5] >> (t & 31)) & 1)
+    assert g.accept([wrong]) is False and g.num_tokens == 0
+    g.fill(after, 0)
+    assert np.array_equal(before, after)
+    assert g.accept(toks[:3]) and g.num_tokens == 3
+    bad = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 3}}, "required": ["a"],
+           "x-factorspec": {"relations": [{"kind": "linear", "terms": [[1, "/b"]], "op": "==", "rhs": 1}]}}
+    with pytest.raises(UnknownPath):
+        service.open(bad)
+    unsat = dict(bad, **{"x-factorspec": {"relations": [{"kind": "linear", "terms": [[1, "/a"]], "op": ">=",
+                                                          "rhs": 9}]}})
+    with pytest.raises(UnsatisfiableDeclaration):
+        service.open(unsat)
+    assert g.accept([toks[3]]) and g.num_tokens == 4  # the service keeps serving
+    g.close()
+
+
+def test_a_killed_worker_fails_only_its_requests_and_is_replaced(vocab):
+    others = _segments()  # the module's service, still open
+    with ConstraintService(vocab, workers=2, slots=4) as s:
+        cases = _cases(vocab)[:2]
+        g0, g1 = s.open(cases[0][0]), s.open(cases[1][0])
+        assert g0._worker.index != g1._worker.index
+        old = g0._worker
+        dead_segment = old.segment.name
+        os.kill(old.process.pid, signal.SIGKILL)
+        old.process.join(10)
+        with pytest.raises(WorkerDied):
+            g0.accept([cases[0][1][0]])
+        with pytest.raises(WorkerDied):
+            g0.fill(np.zeros((1, mask_words(vocab.size)), np.int32), 0)
+        assert g1.accept(cases[1][1][:2])  # the other worker's request goes on
+        g2 = s.open(cases[0][0])  # a new request: the dead worker is replaced
+        assert s.replaced == 1 and dead_segment not in _segments() and dead_segment not in s.segments
+        assert g2.accept(cases[0][1][:2]) and g2.num_tokens == 2
+        assert all(p.is_alive() for p in s.workers)
+        procs = s.workers
+    assert not any(p.is_alive() for p in procs)
+    assert _segments() == others
+
+
+def test_close_leaves_no_process_or_segment(vocab):
+    s = ConstraintService(vocab, workers=1, slots=2)
+    names, procs = list(s.segments), s.workers
+    assert set(names) <= _segments()
+    g = s.open(_cases(vocab)[0][0])
+    s.close()
+    s.close()  # idempotent
+    assert not any(p.is_alive() for p in procs) and not (set(names) & _segments())
+    with pytest.raises(WorkerDied):
+        g.accept([1])
+
+
+def test_the_compiler_switch_and_the_environment(vocab, monkeypatch):
+    monkeypatch.setenv("FACTORSPEC_CONSTRAINT_WORKERS", "x")
+    with pytest.raises(ValueError, match="FACTORSPEC_CONSTRAINT_WORKERS"):
+        workers_from_env()
+    monkeypatch.setenv("FACTORSPEC_CONSTRAINT_WORKERS", "1")
+    compiler = GrammarCompiler(vocab)
+    assert compiler.workers == 1
+    try:
+        spec, toks = _cases(vocab)[0]
+        g = compiler.compile(spec).grammar()
+        assert isinstance(g, ServiceGrammar)
+        t = time.perf_counter()
+        assert g.accept(toks) and g.is_terminated()
+        assert time.perf_counter() - t < 60
+        session_grammar = compiler.compile(spec).grammar(session=spec.session())  # a given session stays here
+        assert not isinstance(session_grammar, ServiceGrammar)
+    finally:
+        compiler.close()
+    monkeypatch.delenv("FACTORSPEC_CONSTRAINT_WORKERS")
+    assert GrammarCompiler(vocab).workers == 0
+    with pytest.raises(ValueError):
+        ConstraintService(vocab, workers=0)
+
+
+def test_the_embedded_engine_writes_the_same_records_through_workers():
+    """Greedy, batched: two trips and a tool call, in-process and with two constraint workers: the same tokens."""
+    import torch
+
+    from factorspec_cp.engine.model import EmbeddedModel
+    from factorspec_cp.engine.run import Engine, Job
+
+    threads = torch.get_num_threads()
+    model = EmbeddedModel.smollm2(device="cpu", threads=1)
+    try:
+        probs = trip_problems(2) + bfcl_problems(2)[1:]
+        jobs = [Job(p.spec, p.prompt, "certain", "ours", max_tokens=260, key=p.key) for p in probs]
+        local = Engine(model, width=16, batch=3, constraint_workers=0).run(jobs)
+        with Engine(model, width=16, batch=3, constraint_workers=2) as engine:
+            assert engine.compiler.workers == 2
+            remote = engine.run(jobs)
+            assert len(engine.compiler.service().workers) == 2
+    finally:
+        torch.set_num_threads(threads)
+    for p, a, b in zip(probs, local, remote):
+        assert a.tokens == b.tokens and a.record == b.record, p.key
+        assert a.stats["verify_steps"] == b.stats["verify_steps"]
+        assert p.check(b.record) == [], p.key
