@@ -293,7 +293,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("extra", nargs=argparse.REMAINDER, help="after --: more server arguments")
     s.set_defaults(fn=cmd_serve)
     b = sub.add_parser("bench", help="benchmarks; results under benchmarks/")
-    b.add_argument("suite", choices=["solve", "coverage", "walks", "masks", "generate", "serve", "fuzz"])
+    b.add_argument("suite", choices=["solve", "coverage", "walks", "masks", "generate", "serve", "fuzz", "service"])
     b.add_argument("--samples", type=int, default=3, help="coverage: random records per compiled schema")
     b.add_argument("--seed", type=int, default=0, help="coverage: seed of the random records")
     b.add_argument("--limit", type=int, default=None, help="coverage: schemas per jsonschemabench file (default: all)")
@@ -330,11 +330,14 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--targeted", type=float, default=0.05, help="fuzz: share of clean declarations with one targeted "
                    "defect (these build arrays of 10,000 and domains of 10**6: the slow cases)")
     b.add_argument("--engine", choices=["vllm"], default="vllm", help="serve: the server")
-    b.add_argument("--problems", type=int, default=8, help="serve: problems per workload")
+    b.add_argument("--problems", type=int, default=None, help="serve: problems per workload (8); service: (4)")
     b.add_argument("--meeting-problems", type=int, default=4, help="serve: meeting problems")
-    b.add_argument("--concurrency", default="1,4,8", help="serve: requests in flight, comma-separated")
+    b.add_argument("--concurrency", default=None,
+                   help="serve (1,4,8) / service (8,64,128): requests in flight, comma-separated")
+    b.add_argument("--workers", default="0,1,2,4", help="service: constraint workers to compare (0: in-process)")
+    b.add_argument("--forward-ms", type=float, default=20.0, help="service: the forward pass a step sleeps for")
     b.add_argument("--workloads", default=None, help="serve: trip,calendar,meeting,tool-calls,trip+note")
-    b.add_argument("--num-spec", type=int, default=32, help="serve: certain-run draft cap")
+    b.add_argument("--num-spec", type=int, default=32, help="serve/service: certain-run draft cap")
     b.add_argument("--bench-note", default="",
                    help="serve/masks/generate: what else ran on the machine (goes in the report)")
     b.set_defaults(fn=cmd_bench)

@@ -35,3 +35,17 @@ def test_generate_problems_with_the_gold_objective() -> None:
             assert len(q.spec.objectives) > len(p.spec.objectives) or not added, p.key
             assert q.check(q.gold) == [], q.key
     assert all("order" in e for e in meeting_problems(1, objective="gold")[0].gold["meetings"])
+
+
+def test_bench_service_tiny(tmp_path: Path) -> None:
+    # the step loop replays every stream to its gold record (it raises otherwise) in-process and through a worker
+    rc = main(["bench", "service", "--concurrency", "4", "--workers", "0,1", "--problems", "1", "--forward-ms", "1",
+               "--out", str(tmp_path)])
+    assert rc == 0
+    doc = json.loads((tmp_path / "service.json").read_text())
+    got = {(r["engine"], r["workers"]) for r in doc["rows"]}
+    assert got == {("xgrammar", 0), ("factorspec", 0), ("factorspec", 1)}
+    assert doc["problems"] == {"trip": 1, "calendar": 1, "meeting": 1, "tool-call": 1}
+    for r in doc["rows"]:
+        assert r["in_flight"] == 4 and r["steps"] > 0 and r["step_ms"]["n"] == r["steps"] and r["tokens"] > 0
+    assert "| 4 | factorspec | 1 |" in (tmp_path / "service.md").read_text()

@@ -151,3 +151,20 @@ def test_the_plugin_refuses_an_unsupported_vllm(monkeypatch):
     monkeypatch.setattr(plugin, "_registered", False)
     with pytest.raises(RuntimeError, match="supports vLLM 0.32.0"):
         plugin.register()
+
+
+def test_a_server_with_constraint_workers_writes_the_same_records(server, trips):
+    """`factorspec serve --constraint-workers 1`: the engine core's grammars are proxies of sessions in a worker
+    process (engine/service.py). Same greedy records as the in-process server, drafts still verified."""
+    probs = [trips[0], trips[1], *bfcl_problems(2)[1:]]
+    want = [_record(*server.chat(p.prompt, schema=p.spec.to_json(), system=SYSTEM))[0] for p in probs]
+    with Server(args=["--ngram", "2:4", "--num-speculative-tokens", "32", "--constraint-workers", "1"],
+                timeout=900) as other:
+        for p, text in zip(probs, want):
+            (status, body), d = _delta(other, lambda p=p: other.chat(p.prompt, schema=p.spec.to_json(),
+                                                                      system=SYSTEM))
+            got, rec = _record(status, body)
+            assert p.check(rec) == [], (p.key, got)
+            assert got == text, p.key
+            if p.group.startswith("trip"):
+                assert d[DRAFTS] > 0, "certain runs were not verified as drafts"

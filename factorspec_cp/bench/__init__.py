@@ -7,7 +7,9 @@ from typing import Any
 
 DEFAULTS = {"solve": {"per_size": 20, "calendar": 100, "meeting": 100},
             "masks": {"per_size": 4, "calendar": 10, "meeting": 3},
-            "generate": {"calendar": 20, "meeting": 5}}
+            "generate": {"calendar": 20, "meeting": 5},
+            "serve": {"concurrency": "1,4,8", "problems": 8},
+            "service": {"concurrency": "8,64,128", "problems": 4}}
 
 
 def run_bench(args: argparse.Namespace) -> int:
@@ -35,6 +37,9 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.suite == "serve":
         from .serve import run as run_serve
         return run_serve(args)
+    if args.suite == "service":
+        from .service import run as run_service
+        return run_service(args)
     raise SystemExit(f"unknown suite {args.suite!r}")
 
 

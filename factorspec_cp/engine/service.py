@@ -57,7 +57,7 @@ RUN_MAX = 64
 #: the environment switch server processes read (``factorspec serve --constraint-workers N`` sets it)
 WORKERS_ENV = "FACTORSPEC_CONSTRAINT_WORKERS"
 _PREFIX = "factorspec-"
-_HDR = 8  # int64 per slot: seq, terminated, complete, run length, tokens taken, spare
+_HDR = 8  # int64 per slot: run seq, terminated, complete, run length, has row, error, row seq, spare
 
 
 def workers_from_env(default: int = 0) -> int:
@@ -122,22 +122,76 @@ class _Segment:
 
 # ----------------------------------------------------------------------------------------------------- worker
 def _worker_main(conn: Any, segment: str, slots: int, words: int, vocab: Vocabulary, options: dict[str, Any]) -> None:
-    """A worker process: owns the grammars of its requests; after each change of a request's state, answers first,
-    then writes the request's next mask row and certain run into its slot (the sequence number last)."""
+    """A worker process: owns the grammars of its requests. After each change of a request's state it writes into the
+    request's slot the certain run from there (at most ``RUN_MAX``) and the mask row at the run's end (the next
+    position where the model chooses), the sequence number last; in exact mode the row is the current position's."""
     from .grammar import GrammarCompiler
 
     seg = _Segment(slots, words, name=segment)
     compiler = GrammarCompiler(vocab, workers=0, **options)  # in-process here, whatever the environment says
+    canonical = options.get("mode", "canonical") == "canonical"
     grammars: dict[int, Any] = {}
 
-    def publish(slot: int, seq: int) -> None:
-        g = grammars[slot]
-        g.fill(seg.rows, slot)
-        run = g.certain_run(RUN_MAX)
-        seg.runs[slot, :len(run)] = run
+    def publish_run(slot: int, seq: int) -> bool:
+        """The certain run and the flags (sequence number in word 0); whether a row follows."""
+        g = settle(slot)
         h = seg.hdr[slot]
-        h[1], h[2], h[3], h[4] = g.is_terminated(), g.is_complete(), len(run), g.num_tokens
-        h[0] = seq  # last: a reader that sees this sequence number sees the rest
+        run = g.certain_run(RUN_MAX) if canonical else []
+        seg.runs[slot, :len(run)] = run
+        h[1], h[2], h[3] = g.is_terminated(), g.is_complete(), len(run)
+        h[4] = row = len(run) < RUN_MAX or not canonical
+        h[0] = seq  # last: a reader that sees this sequence number sees the run and the flags
+        return bool(row)
+
+    ahead: dict[int, list[int]] = {}  # run tokens a grammar has taken past the request's state (to fill the row)
+
+    def settle(slot: int) -> Any:
+        """The request's grammar at the request's own state (the run taken ahead undone)."""
+        g = grammars[slot]
+        extra = ahead.pop(slot, None)
+        if extra:
+            g.rollback(len(extra))
+        return g
+
+    def publish_row(slot: int, seq: int) -> None:
+        """The mask row where the run ends (sequence number in word 6). The grammar stays at the run's end: the
+        next tokens taken usually start with the run, which is then not taken twice."""
+        g = settle(slot)
+        n = int(seg.hdr[slot, 3])
+        run = seg.runs[slot, :n].tolist()
+        if run and not g.accept(run):
+            seg.hdr[slot, 5] = 1
+            return
+        if run:
+            ahead[slot] = run
+        g.fill(seg.rows, slot)
+        seg.hdr[slot, 6] = seq
+
+    def publish(slot: int, seq: int) -> None:
+        if publish_run(slot, seq):
+            publish_row(slot, seq)
+
+    def take(slot: int, tokens: list[int], seq: int | None, rows: list[tuple[int, int]]) -> None:
+        """Tokens the proxy found admitted in the published state (no answer); a new state's run now, its row
+        after the batch (the engine waits for runs before its forward pass, for rows after it)."""
+        extra = ahead.get(slot)
+        if extra and tokens[:len(extra)] == extra:  # the run was taken ahead: only what follows it
+            g = grammars[slot]
+            del ahead[slot]
+            tokens = tokens[len(extra):]
+        elif extra and extra[:len(tokens)] == tokens:  # part of the run: the rest undone
+            g = grammars[slot]
+            g.rollback(len(extra) - len(tokens))
+            del ahead[slot]
+            tokens = []
+        else:
+            g = settle(slot)
+        if tokens and not g.accept(tokens):
+            seg.hdr[slot, 5] = 1  # the published state admitted them: a disagreement, which the proxy reports
+            if seq is not None:
+                seg.hdr[slot, 0] = seg.hdr[slot, 6] = seq
+        elif seq is not None and publish_run(slot, seq):
+            rows.append((slot, seq))
 
     while True:
         try:
@@ -155,26 +209,42 @@ def _worker_main(conn: Any, segment: str, slots: int, words: int, vocab: Vocabul
                 seq = int(seg.hdr[slot, 0]) + 1
                 conn.send(("ok", seq))
                 publish(slot, seq)
+            elif op == "batch":  # ("take", slot, tokens, seq or None) messages, one send per engine step
+                rows: list[tuple[int, int]] = []
+                for m in msg[2]:
+                    try:
+                        take(m[1], m[2], m[3], rows)
+                    except Exception:
+                        seg.hdr[m[1], 5] = 1
+                        if m[3] is not None:
+                            seg.hdr[m[1], 0] = seg.hdr[m[1], 6] = m[3]
+                for r, q in rows:
+                    try:
+                        publish_row(r, q)
+                    except Exception:
+                        seg.hdr[r, 5] = 1
+                        seg.hdr[r, 6] = q
             elif op == "accept":
-                g = grammars[slot]
+                g = settle(slot)
                 ok = g.accept(msg[2])
                 seq = int(seg.hdr[slot, 0]) + (1 if ok else 0)
                 conn.send(("ok", (ok, seq)))
                 if ok:
                     publish(slot, seq)
             elif op == "rollback":
-                grammars[slot].rollback(msg[2])
+                settle(slot).rollback(msg[2])
                 seq = int(seg.hdr[slot, 0]) + 1
                 conn.send(("ok", seq))
                 publish(slot, seq)
             elif op == "validate":
-                conn.send(("ok", grammars[slot].validate(msg[2])))
+                conn.send(("ok", settle(slot).validate(msg[2])))
             elif op == "run":
-                conn.send(("ok", grammars[slot].certain_run(msg[2])))
+                conn.send(("ok", settle(slot).certain_run(msg[2])))
             elif op == "record":
-                conn.send(("ok", grammars[slot].record()))
+                conn.send(("ok", settle(slot).record()))
             elif op == "close":
                 grammars.pop(slot, None)  # no answer: the engine does not wait for a close
+                ahead.pop(slot, None)
             else:
                 conn.send(("error", ServiceError(f"unknown operation {op!r}")))
         except Exception as err:  # the request's own error (a bad declaration, a bad token id): sent back typed
@@ -182,6 +252,8 @@ def _worker_main(conn: Any, segment: str, slots: int, words: int, vocab: Vocabul
                 pickle.dumps(err)
             except Exception:
                 err = ServiceError(f"{type(err).__name__}: {err}")
+            if op == "close":
+                continue
             conn.send(("error", err))
     seg.close()
 
@@ -198,6 +270,7 @@ class _Worker:
         self.process.start()
         child.close()
         self.lock = threading.Lock()
+        self.outbox: list[tuple[Any, ...]] = []  # tokens taken, sent as one batch at the next read
         self.free = list(range(slots - 1, -1, -1))
         self.open = 0
         self.dead = False
@@ -208,9 +281,27 @@ class _Worker:
         return WorkerDied(f"constraint worker {self.index} (pid {self.process.pid}) exited"
                           f"{'' if code is None else f' with code {code}'}: its requests are lost")
 
+    def post(self, *msg: Any) -> None:
+        """Tokens taken: kept until the next read of any request (:meth:`flush`), then sent in one message."""
+        if self.dead or not self.process.is_alive():  # a waitpid: a dead worker fails the accept itself
+            raise self.died()
+        with self.lock:
+            self.outbox.append(msg)
+
+    def flush(self) -> None:
+        if not self.outbox or self.dead:
+            return
+        with self.lock:
+            batch, self.outbox = self.outbox, []
+            try:
+                self.conn.send(("batch", -1, batch))
+            except (OSError, BrokenPipeError):
+                self.dead = True
+
     def call(self, *msg: Any) -> Any:
         if self.dead:
             raise self.died()
+        self.flush()  # what was taken before goes first: the pipe keeps the order
         with self.lock:
             try:
                 self.conn.send(msg)
@@ -221,15 +312,21 @@ class _Worker:
             raise value
         return value
 
-    def send(self, *msg: Any) -> None:
-        """A message with no answer (close)."""
+    def send(self, *msg: Any, quiet: bool = False) -> None:
+        """A message with no answer (tokens taken, close); a dead worker raises :class:`WorkerDied` unless
+        ``quiet``."""
         if self.dead:
-            return
+            if quiet:
+                return
+            raise self.died()
+        self.flush()
         with self.lock:
             try:
                 self.conn.send(msg)
-            except (OSError, BrokenPipeError):
+            except (OSError, BrokenPipeError) as err:
                 self.dead = True
+                if not quiet:
+                    raise self.died() from err
 
     def stop(self, timeout: float = 5.0) -> None:
         if not self.dead and self.process.is_alive():
@@ -248,13 +345,25 @@ class _Worker:
 
 # ------------------------------------------------------------------------------------------------------ proxy
 class ServiceGrammar:
-    """One request's grammar, held by the engine, computed in a worker: the verbs of :class:`~.grammar.Grammar`."""
+    """One request's grammar, held by the engine, computed in a worker: the verbs of :class:`~.grammar.Grammar`.
 
-    def __init__(self, service: ConstraintService, worker: _Worker, slot: int, seq: int):
+    In canonical mode the worker publishes, for the request's state, its certain run ``R`` and the mask row where
+    ``R`` ends; each position inside ``R`` admits its one token. So the proxy answers ``fill``, ``certain_run``,
+    ``accept``, ``validate``, ``is_terminated`` and ``is_complete`` from what is published, exactly, for every
+    position up to the run's end and the one token chosen there; an accept sends its tokens on without waiting, and
+    the worker computes the next run and row meanwhile. Only a question past that point waits for the worker.
+    """
+
+    def __init__(self, service: ConstraintService, worker: _Worker, slot: int, seq: int, canonical: bool):
         self._service, self._worker, self._slot, self._seq = service, worker, slot, seq
         self.words = worker.segment.words
+        self._canonical = canonical
         self._count = 0
         self._closed = False
+        self._base: tuple[list[int], bool, bool, bool, bool] | None = None  # run, has row, term., complete, (spare)
+        self._off = 0  # tokens taken since the published state
+        self._eos = frozenset(service.vocab.eos_token_ids)
+        self._last = -1
 
     def __repr__(self) -> str:
         return f"ServiceGrammar(worker {self._worker.index}, slot {self._slot}, {self._count} tokens)"
@@ -263,59 +372,155 @@ class ServiceGrammar:
     def num_tokens(self) -> int:
         return self._count
 
-    def _ready(self) -> Any:
-        """The slot, once the worker has written the request's current state into it."""
+    def _ready(self, row: bool = False) -> Any:
+        """The slot, once the worker has written the request's current published state into it (its run and flags;
+        with ``row``, its row too). Tokens taken since the last read go to the workers first."""
         w, slot, seq = self._worker, self._slot, self._seq
+        self._service._flush()
         if w.dead:  # found dead by any call: the request is lost, even where its last row is still there
             raise w.died()
+        word = 6 if row else 0
         hdr = w.segment.hdr
-        spins = 0
-        while hdr is not None and hdr[slot, 0] != seq:
-            if w.dead:
-                raise w.died()
+        spins, pause = 0, 5e-6
+        while hdr is not None and hdr[slot, word] != seq and not hdr[slot, 5]:
             spins += 1
-            if spins % 256 == 0:
-                if not w.process.is_alive():
+            if spins > 64:  # not a spin: the workers need the cores
+                if w.dead or not w.process.is_alive():
                     raise w.died()
-                time.sleep(20e-6)
+                time.sleep(pause)
+                pause = min(pause * 2, 200e-6)
             hdr = w.segment.hdr
-        if hdr is None:
+        if hdr is None or w.dead:
             raise w.died()
+        if hdr[slot, 5]:
+            raise ServiceError(f"constraint worker {w.index} refused tokens its published state admitted "
+                               f"(slot {slot}): the request cannot go on")
+        if self._base is None:
+            h = hdr[slot]
+            self._base = (w.segment.runs[slot, :int(h[3])].tolist(), bool(h[4]), bool(h[1]), bool(h[2]), False)
         return w.segment
 
+    def _known(self) -> bool:
+        """Whether the published state still covers the current position (at most one chosen token past R)."""
+        if not self._canonical:
+            return False
+        self._ready()
+        run, has_row = self._base[0], self._base[1]  # type: ignore[index]
+        return self._off < len(run) or (self._off == len(run) and has_row)
+
+    def _admits(self, run: list[int], has_row: bool, p: int, t: int) -> bool | None:
+        """Whether token ``t`` is admitted ``p`` tokens after the published state (None: not known here)."""
+        if p < len(run):
+            return t == run[p]
+        if p == len(run) and has_row:
+            row = self._ready(row=True).rows[self._slot]
+            return 0 <= t < self.words * 32 and bool((int(row[t >> 5]) >> (t & 31)) & 1)
+        return None
+
+    def _decide(self, tokens: list[int]) -> int | None:
+        """How many of ``tokens`` are admitted in turn from the current position; None if the answer is not known
+        from the published state."""
+        if not self._known():
+            return None
+        run, has_row = self._base[0], self._base[1]  # type: ignore[index]
+        n = 0
+        for t in tokens:
+            ok = self._admits(run, has_row, self._off + n, t)
+            if ok is None:
+                return None
+            if not ok:
+                break
+            n += 1
+            if t in self._eos:
+                break
+        return n
+
     def accept(self, tokens: Sequence[int]) -> bool:
-        ok, self._seq = self._worker.call("accept", self._slot, [int(t) for t in tokens])
+        toks = [int(t) for t in tokens]
+        if not toks:
+            return True
+        if self.is_terminated():
+            return False
+        n = self._decide(toks)
+        if n is not None and n < len(toks):
+            return False  # refused here: nothing changes
+        if n is not None:
+            run, has_row = self._base[0], self._base[1]  # type: ignore[index]
+            off = self._off + len(toks)
+            low = len(run) == RUN_MAX and len(run) - off < RUN_MAX // 2  # a capped run running short
+            if off > len(run) or (off == len(run) and not has_row) or low:  # past what is published (or near
+                # the end of a capped run): the worker publishes the state after these tokens meanwhile
+                self._seq += 1
+                self._worker.post("take", self._slot, toks, self._seq)
+                self._base, self._off = None, 0
+            else:
+                self._worker.post("take", self._slot, toks, None)
+                self._off = off
+            self._count += len(toks)
+            self._last = toks[-1]
+            return True
+        ok, self._seq = self._worker.call("accept", self._slot, toks)
         if ok:
-            self._count += len(tokens)
+            self._base, self._off = None, 0
+            self._count += len(toks)
+            self._last = toks[-1]
         return bool(ok)
 
     def validate(self, tokens: Sequence[int]) -> int:
-        return int(self._worker.call("validate", self._slot, [int(t) for t in tokens]))
+        toks = [int(t) for t in tokens]
+        n = self._decide(toks)
+        if n is not None:
+            return n
+        self._ready()  # the worker's state is the published one plus what was sent since: the pipe keeps order
+        return int(self._worker.call("validate", self._slot, toks))
 
     def rollback(self, k: int) -> None:
         if k:
             self._seq = self._worker.call("rollback", self._slot, int(k))
+            self._base, self._off, self._last = None, 0, -1
             self._count -= k
 
     def reset(self) -> None:
         self.rollback(self._count)
 
     def fill(self, bitmask: Any, row: int = 0) -> None:
-        seg = self._ready()
-        write_row(seg.rows[self._slot], bitmask, row, self.words)
+        if self._known():
+            run, has_row = self._base[0], self._base[1]  # type: ignore[index]
+            if self._off < len(run):  # inside the run: its one token
+                target = bitmask[row]
+                t = run[self._off]
+                target[:] = 0
+                target[t >> 5] = int(np.uint32(1 << (t & 31)).view(np.int32))
+                return
+            if has_row:
+                write_row(self._ready(row=True).rows[self._slot], bitmask, row, self.words)
+                return
+        write_row(self._ready(row=True).rows[self._slot], bitmask, row, self.words)
 
     def certain_run(self, k: int = 64) -> list[int]:
-        seg = self._ready()
-        stored = int(seg.hdr[self._slot, 3])
-        if stored == RUN_MAX and k > RUN_MAX:  # the slot holds the first RUN_MAX: the rest from the worker
+        if not self._canonical:
+            return []
+        self._ready()
+        run = self._base[0]  # type: ignore[index]
+        if len(run) == RUN_MAX and k > len(run) - self._off:  # more than the slot holds: ask the worker
             return list(self._worker.call("run", self._slot, int(k)))
-        return seg.runs[self._slot, :min(stored, k)].tolist()
+        return run[self._off:self._off + k]
 
     def is_terminated(self) -> bool:
-        return bool(self._ready().hdr[self._slot, 1])
+        if self._count and self._last in self._eos:
+            return True
+        if self._off:
+            return False
+        self._ready()
+        return self._base[2]  # type: ignore[index]
 
     def is_complete(self) -> bool:
-        return bool(self._ready().hdr[self._slot, 2])
+        if self.is_terminated():
+            return False
+        if not self._off:
+            self._ready()
+            return self._base[3]  # type: ignore[index]
+        return any(self._decide([e]) for e in self._eos)  # at an offset the state is covered: a known answer
 
     def record(self) -> Any:
         return self._worker.call("record", self._slot)
@@ -416,15 +621,21 @@ class ConstraintService:
             except BaseException:
                 self._release(w, slot, send=False)
                 raise
-            return ServiceGrammar(self, w, slot, seq)
+            return ServiceGrammar(self, w, slot, seq, self._options["mode"] == "canonical")
         raise ServiceError("constraint workers keep dying at start-up")
+
+    def _flush(self) -> None:
+        """Send every worker the tokens taken since the last read (one message each)."""
+        for w in self._workers:
+            if w.outbox:
+                w.flush()
 
     def _release(self, w: _Worker, slot: int, send: bool = True) -> None:
         with self._lock:
             if w.dead:
                 return
             if send:
-                w.send("close", slot)
+                w.send("close", slot, quiet=True)
             w.free.append(slot)
             w.open -= 1
 
