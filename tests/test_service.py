@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 import numpy as np
@@ -149,9 +148,7 @@ def test_the_compiler_switch_and_the_environment(vocab, monkeypatch):
         spec, toks = _cases(vocab)[0]
         g = compiler.compile(spec).grammar()
         assert isinstance(g, ServiceGrammar)
-        t = time.perf_counter()
         assert g.accept(toks) and g.is_terminated()
-        assert time.perf_counter() - t < 60
         session_grammar = compiler.compile(spec).grammar(session=spec.session())  # a given session stays here
         assert not isinstance(session_grammar, ServiceGrammar)
     finally:

@@ -368,13 +368,11 @@ def test_rows_without_a_certain_run_keep_the_corpus_proposals(backend):
 
     plain = _compile(backend, PLAIN)
     worker, batch = _worker_and_batch(backend, [plain, None], [[], [7, 8, 9]])
-    os.environ["FACTORSPEC_SGLANG_DRAFTS"] = "1"
     hooked = NGRAMWorker._prepare_draft_tokens(worker, batch)
-    original = getattr(NGRAMWorker._prepare_draft_tokens, "__wrapped__", None)
+    original = NGRAMWorker._prepare_draft_tokens.__wrapped__  # SGLang's own, under the hook
     assert hooked[0].shape == (2 * WIDTH,)
-    if original is not None:  # the hook changed nothing here: the corpus's own rows
-        again = original(worker, batch)
-        assert np.array_equal(again[0], hooked[0]) and np.array_equal(again[1], hooked[1])
+    again = original(worker, batch)  # the hook changed nothing here: the corpus's own rows
+    assert np.array_equal(again[0], hooked[0]) and np.array_equal(again[1], hooked[1])
 
 
 def test_the_printed_launch_line_parses_as_sglang_server_args(server_args, model_dir):

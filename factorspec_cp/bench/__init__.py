@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 DEFAULTS = {"solve": {"per_size": 20, "calendar": 100, "meeting": 100},
@@ -41,6 +42,17 @@ def run_bench(args: argparse.Namespace) -> int:
         from .service import run as run_service
         return run_service(args)
     raise SystemExit(f"unknown suite {args.suite!r}")
+
+
+def write_report(args: argparse.Namespace, name: str, res: dict[str, Any], md: str) -> None:
+    """``<out>/<name>.json`` and ``<name>.md``, and the markdown printed."""
+    from pathlib import Path
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(res, indent=1) + "\n")
+    (out / f"{name}.md").write_text(md)
+    print(md)
 
 
 def percentile(xs: list[float], q: float) -> float:

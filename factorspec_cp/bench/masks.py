@@ -24,14 +24,13 @@ import platform
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..spec import Spec
 from ..tokenmap import Vocabulary
-from . import percentile, summary_ms
+from . import percentile, summary_ms, write_report
 from .walks import VOCABS
 
 
@@ -293,9 +292,5 @@ def run(args: argparse.Namespace) -> int:
                       f"--meeting {args.meeting} --bfcl {args.bfcl} --note {args.note}")
     res["bench_note"] = getattr(args, "bench_note", None) or ""
     res["xgrammar"] = xgrammar_version()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "masks.json").write_text(json.dumps(res, indent=1) + "\n")
-    (out / "masks.md").write_text(report_md(res))
-    print(report_md(res))
+    write_report(args, "masks", res, report_md(res))
     return 0

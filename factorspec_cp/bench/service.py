@@ -17,7 +17,6 @@ end: each request's grammar has terminated on the gold record. Writes ``benchmar
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import random
@@ -28,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from . import summary_ms
+from . import summary_ms, write_report
 
 
 def _proc_cpu(pid: int) -> float:
@@ -40,8 +39,9 @@ def _proc_cpu(pid: int) -> float:
         return 0.0
 
 
-def streams(vocab: Any, per_workload: int) -> list[tuple[str, Any, list[list[int]], Any]]:
-    """(group, declaration, token groups per step, gold record) for ``per_workload`` problems of each workload."""
+def streams(vocab: Any, per_workload: int) -> list[tuple[str, Any, list[int], list[bool], Any]]:
+    """(group, declaration, gold token stream, whether each token was certain, gold record) for ``per_workload``
+    problems of each workload."""
     from ..workloads import bfcl, calendar, meeting
     from .generate import trip_problems
     from .masks import gold_walk
@@ -61,7 +61,7 @@ def streams(vocab: Any, per_workload: int) -> list[tuple[str, Any, list[list[int
     for group, spec, gold in items:
         walk = gold_walk(spec, vocab, gold)
         out.append((group, spec, walk["tokens"], walk["certain"], gold))
-    return out  # type: ignore[return-value]
+    return out
 
 
 def step_groups(tokens: list[int], certain: list[bool], cap: int) -> list[list[int]]:
@@ -153,14 +153,14 @@ def run_service(flights: list[int], workers: list[int], forward_ms: float, cap: 
             steps = res["steps"]
             rows.append({"in_flight": flight, "engine": name, "workers": w, "steps": len(steps),
                          "tokens": n_tokens, "step_ms": summary_ms(steps),
-                         "step_ms_mean": round(sum(steps) / len(steps) * 1e3, 3),
                          "cpu_us_per_token": round(res["cpu"] / n_tokens * 1e6, 2),
                          "open_s": round(opened, 3), "wall_s": round(res["wall"], 3)})
     if progress:
         print(file=sys.stderr)
     for r in rows:
         base = next(x for x in rows if x["in_flight"] == r["in_flight"] and x["engine"] == "xgrammar")
-        r["step_ratio_mean"] = round(r["step_ms_mean"] / base["step_ms_mean"], 2) if base["step_ms_mean"] else None
+        r["step_ratio_mean"] = (round(r["step_ms"]["mean"] / base["step_ms"]["mean"], 2) if base["step_ms"]["mean"]
+                                else None)
         r["step_ratio_p99"] = round(r["step_ms"]["p99"] / base["step_ms"]["p99"], 2) if base["step_ms"]["p99"] else None
     groups: dict[str, int] = {}
     for g, *_ in data:
@@ -188,7 +188,7 @@ def report_md(res: dict[str, Any]) -> str:
     for r in res["rows"]:
         s = r["step_ms"]
         lines.append(f"| {r['in_flight']} | {r['engine']} | {r['workers'] if r['engine'] != 'xgrammar' else ''} | "
-                     f"{r['steps']} | {s['p50']:.2f} / {s['p99']:.2f} | {r['step_ms_mean']:.2f} | "
+                     f"{r['steps']} | {s['p50']:.2f} / {s['p99']:.2f} | {s['mean']:.2f} | "
                      f"{r['step_ratio_mean']} / {r['step_ratio_p99']} | {r['cpu_us_per_token']:.1f} | "
                      f"{r['open_s']:.2f} |")
     return "\n".join(lines) + "\n"
@@ -205,9 +205,5 @@ def run(args: argparse.Namespace) -> int:
                       f"--forward-ms {args.forward_ms} --num-spec {args.num_spec} --problems {args.problems}")
     res["bench_note"] = getattr(args, "bench_note", None) or ""
     res["xgrammar"] = xgrammar_version()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "service.json").write_text(json.dumps(res, indent=1) + "\n")
-    (out / "service.md").write_text(report_md(res))
-    print(report_md(res))
+    write_report(args, "service", res, report_md(res))
     return 0

@@ -41,7 +41,7 @@ import uuid
 import weakref
 from collections.abc import Sequence
 from multiprocessing import shared_memory
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -160,7 +160,7 @@ def _worker_main(conn: Any, segment: str, slots: int, words: int, vocab: Vocabul
         n = int(seg.hdr[slot, 3])
         run = seg.runs[slot, :n].tolist()
         if run and not g.accept(run):
-            seg.hdr[slot, 5] = 1
+            fail(slot, seq)
             return
         if run:
             ahead[slot] = run
@@ -170,6 +170,12 @@ def _worker_main(conn: Any, segment: str, slots: int, words: int, vocab: Vocabul
     def publish(slot: int, seq: int) -> None:
         if publish_run(slot, seq):
             publish_row(slot, seq)
+
+    def fail(slot: int, seq: int | None) -> None:
+        """Mark the slot's request failed (the proxy raises at its next read); a waiting reader stops waiting."""
+        seg.hdr[slot, 5] = 1
+        if seq is not None:
+            seg.hdr[slot, 0] = seg.hdr[slot, 6] = seq
 
     def take(slot: int, tokens: list[int], seq: int | None, rows: list[tuple[int, int]]) -> None:
         """Tokens the proxy found admitted in the published state (no answer); a new state's run now, its row
@@ -187,9 +193,7 @@ def _worker_main(conn: Any, segment: str, slots: int, words: int, vocab: Vocabul
         else:
             g = settle(slot)
         if tokens and not g.accept(tokens):
-            seg.hdr[slot, 5] = 1  # the published state admitted them: a disagreement, which the proxy reports
-            if seq is not None:
-                seg.hdr[slot, 0] = seg.hdr[slot, 6] = seq
+            fail(slot, seq)  # the published state admitted them: a disagreement, which the proxy reports
         elif seq is not None and publish_run(slot, seq):
             rows.append((slot, seq))
 
@@ -215,15 +219,12 @@ def _worker_main(conn: Any, segment: str, slots: int, words: int, vocab: Vocabul
                     try:
                         take(m[1], m[2], m[3], rows)
                     except Exception:
-                        seg.hdr[m[1], 5] = 1
-                        if m[3] is not None:
-                            seg.hdr[m[1], 0] = seg.hdr[m[1], 6] = m[3]
+                        fail(m[1], m[3])
                 for r, q in rows:
                     try:
                         publish_row(r, q)
                     except Exception:
-                        seg.hdr[r, 5] = 1
-                        seg.hdr[r, 6] = q
+                        fail(r, q)
             elif op == "accept":
                 g = settle(slot)
                 ok = g.accept(msg[2])
@@ -312,21 +313,16 @@ class _Worker:
             raise value
         return value
 
-    def send(self, *msg: Any, quiet: bool = False) -> None:
-        """A message with no answer (tokens taken, close); a dead worker raises :class:`WorkerDied` unless
-        ``quiet``."""
+    def send(self, *msg: Any) -> None:
+        """A message with no answer (a close): nothing to do for a dead worker."""
         if self.dead:
-            if quiet:
-                return
-            raise self.died()
+            return
         self.flush()
         with self.lock:
             try:
                 self.conn.send(msg)
-            except (OSError, BrokenPipeError) as err:
+            except (OSError, BrokenPipeError):
                 self.dead = True
-                if not quiet:
-                    raise self.died() from err
 
     def stop(self, timeout: float = 5.0) -> None:
         if not self.dead and self.process.is_alive():
@@ -344,6 +340,15 @@ class _Worker:
 
 
 # ------------------------------------------------------------------------------------------------------ proxy
+class _Published(NamedTuple):
+    """A slot's published state as the proxy read it."""
+
+    run: list[int]
+    has_row: bool  # the row where the run ends follows (not for a run capped at RUN_MAX)
+    terminated: bool
+    complete: bool
+
+
 class ServiceGrammar:
     """One request's grammar, held by the engine, computed in a worker: the verbs of :class:`~.grammar.Grammar`.
 
@@ -360,7 +365,7 @@ class ServiceGrammar:
         self._canonical = canonical
         self._count = 0
         self._closed = False
-        self._base: tuple[list[int], bool, bool, bool, bool] | None = None  # run, has row, term., complete, (spare)
+        self._base: _Published | None = None  # what the worker last published, once read
         self._off = 0  # tokens taken since the published state
         self._eos = frozenset(service.vocab.eos_token_ids)
         self._last = -1
@@ -397,7 +402,7 @@ class ServiceGrammar:
                                f"(slot {slot}): the request cannot go on")
         if self._base is None:
             h = hdr[slot]
-            self._base = (w.segment.runs[slot, :int(h[3])].tolist(), bool(h[4]), bool(h[1]), bool(h[2]), False)
+            self._base = _Published(w.segment.runs[slot, :int(h[3])].tolist(), bool(h[4]), bool(h[1]), bool(h[2]))
         return w.segment
 
     def _known(self) -> bool:
@@ -405,7 +410,7 @@ class ServiceGrammar:
         if not self._canonical:
             return False
         self._ready()
-        run, has_row = self._base[0], self._base[1]  # type: ignore[index]
+        run, has_row = self._base.run, self._base.has_row  # type: ignore[union-attr]
         return self._off < len(run) or (self._off == len(run) and has_row)
 
     def _admits(self, run: list[int], has_row: bool, p: int, t: int) -> bool | None:
@@ -422,7 +427,7 @@ class ServiceGrammar:
         from the published state."""
         if not self._known():
             return None
-        run, has_row = self._base[0], self._base[1]  # type: ignore[index]
+        run, has_row = self._base.run, self._base.has_row  # type: ignore[union-attr]
         n = 0
         for t in tokens:
             ok = self._admits(run, has_row, self._off + n, t)
@@ -445,7 +450,7 @@ class ServiceGrammar:
         if n is not None and n < len(toks):
             return False  # refused here: nothing changes
         if n is not None:
-            run, has_row = self._base[0], self._base[1]  # type: ignore[index]
+            run, has_row = self._base.run, self._base.has_row  # type: ignore[union-attr]
             off = self._off + len(toks)
             low = len(run) == RUN_MAX and len(run) - off < RUN_MAX // 2  # a capped run running short
             if off > len(run) or (off == len(run) and not has_row) or low:  # past what is published (or near
@@ -471,8 +476,7 @@ class ServiceGrammar:
         n = self._decide(toks)
         if n is not None:
             return n
-        self._ready()  # the worker's state is the published one plus what was sent since: the pipe keeps order
-        return int(self._worker.call("validate", self._slot, toks))
+        return int(self._worker.call("validate", self._slot, toks))  # after what was taken: the pipe keeps order
 
     def rollback(self, k: int) -> None:
         if k:
@@ -484,24 +488,19 @@ class ServiceGrammar:
         self.rollback(self._count)
 
     def fill(self, bitmask: Any, row: int = 0) -> None:
-        if self._known():
-            run, has_row = self._base[0], self._base[1]  # type: ignore[index]
-            if self._off < len(run):  # inside the run: its one token
-                target = bitmask[row]
-                t = run[self._off]
-                target[:] = 0
-                target[t >> 5] = int(np.uint32(1 << (t & 31)).view(np.int32))
-                return
-            if has_row:
-                write_row(self._ready(row=True).rows[self._slot], bitmask, row, self.words)
-                return
-        write_row(self._ready(row=True).rows[self._slot], bitmask, row, self.words)
+        if self._known() and self._off < len(self._base.run):  # type: ignore[union-attr]  # inside the run
+            target = bitmask[row]
+            t = self._base.run[self._off]  # type: ignore[union-attr]
+            target[:] = 0
+            target[t >> 5] = int(np.uint32(1 << (t & 31)).view(np.int32))
+            return
+        write_row(self._ready(row=True).rows[self._slot], bitmask, row, self.words)  # the run's end, or later
 
     def certain_run(self, k: int = 64) -> list[int]:
         if not self._canonical:
             return []
         self._ready()
-        run = self._base[0]  # type: ignore[index]
+        run = self._base.run  # type: ignore[union-attr]
         if len(run) == RUN_MAX and k > len(run) - self._off:  # more than the slot holds: ask the worker
             return list(self._worker.call("run", self._slot, int(k)))
         return run[self._off:self._off + k]
@@ -512,14 +511,14 @@ class ServiceGrammar:
         if self._off:
             return False
         self._ready()
-        return self._base[2]  # type: ignore[index]
+        return self._base.terminated  # type: ignore[union-attr]
 
     def is_complete(self) -> bool:
         if self.is_terminated():
             return False
         if not self._off:
             self._ready()
-            return self._base[3]  # type: ignore[index]
+            return self._base.complete  # type: ignore[union-attr]
         return any(self._decide([e]) for e in self._eos)  # at an offset the state is covered: a known answer
 
     def record(self) -> Any:
@@ -635,7 +634,7 @@ class ConstraintService:
             if w.dead:
                 return
             if send:
-                w.send("close", slot, quiet=True)
+                w.send("close", slot)
             w.free.append(slot)
             w.open -= 1
 

@@ -118,20 +118,13 @@ def _classes() -> dict[str, Any]:
     from sglang.srt.constrained import base_grammar_backend as base
     from sglang.srt.constrained.xgrammar_backend import XGrammarGrammar, XGrammarGrammarBackend
 
-    def invalid(message: str) -> Any:
-        try:
-            return base.InvalidGrammarObject(message)
-        except TypeError:  # versions whose InvalidGrammarObject carries no message
-            return base.InvalidGrammarObject()
-
     class FactorspecGrammar(base.BaseGrammarObject):
         """SGLang's per-request grammar over a factorspec :class:`~.grammar.Grammar`; rows in XGrammar's layout."""
 
         def __init__(self, compiled: CompiledDeclaration, grammar: Grammar | None = None):
             super().__init__()
             self.compiled, self._grammar = compiled, grammar
-            stats = getattr(base, "GrammarStats", None)
-            self.grammar_stats = stats(dispatch_type="factorspec") if stats is not None else None
+            self.grammar_stats = base.GrammarStats(dispatch_type="factorspec")
 
         @property
         def grammar(self) -> Any:
@@ -212,7 +205,7 @@ def _classes() -> dict[str, Any]:
                 compiled = self.compiler.compile(key_string)
                 return FactorspecGrammar(compiled, compiled.grammar())
             except (ValueError, json.JSONDecodeError) as err:  # DeclarationError and its kinds; malformed JSON
-                return invalid(f"x-factorspec: {type(err).__name__}: {err}")
+                return base.InvalidGrammarObject(f"x-factorspec: {type(err).__name__}: {err}")
 
         def dispatch_regex(self, key_string: str) -> Any:
             return self.xgrammar.dispatch_regex(key_string)
