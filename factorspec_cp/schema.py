@@ -73,7 +73,8 @@ def split_pointer(pointer: str) -> list[str]:
 
 
 def jkey(value: Any) -> tuple[str, Any]:
-    """A hashable key that keeps JSON's distinctions Python blurs (``1 != true``, ``1 == 1.0``)."""
+    """A hashable key that keeps JSON's distinctions Python blurs (``1 != true``, ``1 == 1.0``); objects and arrays
+    (enum and const values) key by their members, an object's regardless of key order."""
     if isinstance(value, bool):
         return ("b", value)
     if isinstance(value, (int, float)):
@@ -82,7 +83,35 @@ def jkey(value: Any) -> tuple[str, Any]:
         return ("z", None)
     if isinstance(value, str):
         return ("s", value)
-    raise TypeError(f"not a scalar JSON value: {value!r}")
+    if isinstance(value, list):
+        return ("a", tuple(jkey(x) for x in value))
+    if isinstance(value, dict):
+        return ("o", tuple(sorted((k, jkey(x)) for k, x in value.items())))
+    raise TypeError(f"not a JSON value: {value!r}")
+
+
+class JSONList(list):  # type: ignore[type-arg]
+    """An array value of an enum or const: a list that hashes (by :func:`jkey`), since layouts keep completed
+    values in sets. Not to be changed once made."""
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(jkey(self))
+
+
+class JSONObject(dict):  # type: ignore[type-arg]
+    """An object value of an enum or const: a dict that hashes (by :func:`jkey`). Not to be changed once made."""
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(jkey(self))
+
+
+def frozen(value: Any) -> Any:
+    """``value`` with its arrays and objects, at every depth, as :class:`JSONList` and :class:`JSONObject`."""
+    if isinstance(value, list):
+        return JSONList(frozen(x) for x in value)
+    if isinstance(value, dict):
+        return JSONObject((k, frozen(x)) for k, x in value.items())
+    return value
 
 
 def json_type(value: Any) -> str:
@@ -96,6 +125,10 @@ def json_type(value: Any) -> str:
         return "string"
     if value is None:
         return "null"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
     return type(value).__name__
 
 
@@ -418,9 +451,6 @@ class _Compiler:
         typ = schema.get("type")
         for k, v in enumerate(values):
             at = f"{where}/{key}" + (f"/{k}" if key == "enum" else "")
-            if isinstance(v, (dict, list)):
-                raise UnsupportedKeyword("object and array values in enum/const are not supported", pointer=at,
-                                         found=v, hint="use scalar values")
             if jkey(v) in seen:
                 raise DeclarationError("duplicate enum value", pointer=at, found=v)
             seen.add(jkey(v))
@@ -428,7 +458,7 @@ class _Compiler:
             values = [v for v in values if _has_type(v, typ)]
             if not values:
                 raise EmptySchema(f"no enum value is of type {typ!r}", pointer=f"{where}/{key}", found=schema[key])
-        return self._leaf(Field(pointer, tuple(values), kind, conditional))
+        return self._leaf(Field(pointer, tuple(frozen(v) for v in values), kind, conditional))
 
     def _integer(self, schema: dict[str, Any], pointer: str, where: str, conditional: bool) -> Leaf:
         self._check_keys(schema, _INTEGER_KEYS, where)

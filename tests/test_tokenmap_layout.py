@@ -79,6 +79,9 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "k": {"type": "number", "exclusiveMinimum": 0, "maximum": 0.001}}},
     "mixed_enum": {"type": "object", "required": ["v"], "properties": {
         "v": {"enum": [1, 12, "a\"b", None, True, 1.5, "é", "\n", "\\", "😀", -7]}}},
+    "structured_enum": {"type": "object", "required": ["v", "w"], "properties": {
+        "v": {"enum": [{"x": 1, "y": [1, {"z": None}]}, [1, "b"], {}, [], 3, "q", {"x": 1}, [[]]]},
+        "w": {"type": "array", "minItems": 1, "maxItems": 2, "items": {"const": {"k": [True, 1.5], "é": {}}}}}},
     "indexed": {"type": "object", "required": ["grid"], "properties": {"grid": {
         "type": "array", "minItems": 2, "maxItems": 2, "items": {
             "type": "array", "minItems": 2, "maxItems": 3, "items": {"enum": ["o", "x"]}}}}},

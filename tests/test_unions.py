@@ -92,6 +92,8 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "empty-parts": {"type": "object", "required": ["a"], "properties": {
         "a": {"anyOf": [{"type": "integer", "enum": ["x"]}, {"type": "integer", "minimum": 0, "maximum": 2}]},
         "b": False, "k": {"type": "object", "enum": ["MODIFIABLE"]}, "s": {"type": "array", "items": False}}},
+    "enum-structured": {"enum": [{"k": "a"}, [1], [[1]], {}, [], 1, {"a": 1, "b": 2}]},
+    "const-structured": {"type": "object", "const": {"a": 1, "b": 2}},
     "stray-keywords": {"type": "string", "minimum": 3, "items": {"type": "boolean"}, "maxLength": 1},
 }
 
@@ -212,11 +214,12 @@ def test_a_decoder_walks_a_union_to_valid_records() -> None:
     from factorspec_cp.bench.walks import walk
     from factorspec_cp.tokenmap import Vocabulary
     vocab = Vocabulary.smollm2()
-    schema = {"type": "object", "required": ["a", "b", "c"], "properties": {
+    schema = {"type": "object", "required": ["a", "b", "c", "d"], "properties": {
         "a": {"type": ["string", "null"], "maxLength": 4},
         "b": {"anyOf": [{"type": "integer", "minimum": 0, "maximum": 20}, {"type": "array", "maxItems": 2}]},
         "c": {"oneOf": [{"type": "boolean"}, {"type": "object", "required": ["k"],
-                                              "properties": {"k": {"enum": ["a", "b"]}}}]}}}
+                                              "properties": {"k": {"enum": ["a", "b"]}}}]},
+        "d": {"enum": [{"x": [1, 2]}, {"x": [1]}, [True, None], "s"]}}}
     spec = fs.Spec(schema)
     validator = jsonschema.Draft202012Validator(schema)
     rng = random.Random(3)

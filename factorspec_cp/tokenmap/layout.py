@@ -71,9 +71,13 @@ Thread = tuple[Core, tuple[Event, ...]]  # a core and the events it completed th
 LIT, FIELD, FREE, JMP, SPLIT, ASTART, ALOOP, ANEXT, ACCEPT = range(9)
 
 
-def render_value(value: Any) -> bytes:
-    """The canonical bytes of one scalar JSON value."""
-    return json.dumps(value, ensure_ascii=False).encode("utf-8")
+def render_value(value: Any, indent: int | None = None, depth: int = 0) -> bytes:
+    """The canonical bytes of one JSON value at nesting ``depth`` of a record rendered with ``indent`` (``None``:
+    compact, ``", "`` and ``": "``). Only an object or array value (of an enum or const) depends on them."""
+    if indent is None or not isinstance(value, (dict, list)):
+        return json.dumps(value, ensure_ascii=False).encode("utf-8")
+    text = json.dumps(value, indent=indent, ensure_ascii=False)
+    return text.replace("\n", "\n" + " " * (indent * depth)).encode("utf-8")
 
 
 @dataclass(frozen=True)
@@ -106,9 +110,9 @@ class EnumSlot:
 
     start = b""
 
-    def __init__(self, values: Iterable[Any]):
+    def __init__(self, values: Iterable[Any], indent: int | None = None, depth: int = 0):
         self.domain = list(values)
-        pairs = sorted((render_value(v), k) for k, v in enumerate(self.domain))
+        pairs = sorted((render_value(v, indent, depth), k) for k, v in enumerate(self.domain))
         self.renders = [r for r, _ in pairs]
         self.order = [k for _, k in pairs]
         self.by_render = {r: self.domain[k] for r, k in pairs}
@@ -289,13 +293,16 @@ _MATCHERS: OrderedDict[tuple[Any, ...], EnumSlot] = OrderedDict()
 _MATCHERS_LOCK = threading.Lock()
 
 
-def field_matcher(f: Field) -> EnumSlot | _RangeSlot:
-    """The byte matcher of a field's slot: its domain's renderings (a range of integers: by digits). A long domain
-    of scalars (BFCL's 11,323 dates) is rendered and sorted once per process and shared by every declaration that
-    has it (the matcher is read-only but for its caches of answers, which hold for any slot with that domain)."""
+def field_matcher(f: Field, indent: int | None = None, depth: int = 0) -> EnumSlot | _RangeSlot:
+    """The byte matcher of a field's slot: its domain's renderings (a range of integers: by digits; object and
+    array values as a record rendered with ``indent`` writes them at ``depth``). A long domain of scalars (BFCL's
+    11,323 dates) is rendered and sorted once per process and shared by every declaration that has it (the matcher
+    is read-only but for its caches of answers, which hold for any slot with that domain)."""
     if isinstance(f.values, range):
         return _RangeSlot(f.values)
     values = f.values
+    if any(isinstance(v, (dict, list)) for v in values):
+        return EnumSlot(values, indent, depth)
     if len(values) < 256 or not all(isinstance(v, (str, int, float)) for v in values):
         return EnumSlot(values)
     key = tuple((type(v), v) for v in values)  # True and 1 are different values, equal keys otherwise
@@ -459,7 +466,7 @@ class Layout:
         if isinstance(node, Leaf):
             f = node.field
             if isinstance(f, Field):
-                self._emit(FIELD, segs, field_matcher(f), f)
+                self._emit(FIELD, segs, field_matcher(f, self.indent, depth), f)
             else:
                 self._emit(FREE, segs, _free_slot(f), f)
         elif isinstance(node, ObjectNode):
@@ -982,6 +989,9 @@ def _free_slot(f: FreeField) -> Any:
 def _order(node: Node, value: Any, at: str) -> Any:
     """``value`` with every object's keys in schema order (for rendering)."""
     if isinstance(node, Leaf):
+        f = node.field
+        if isinstance(value, (dict, list)) and isinstance(f, Field) and value in f:
+            return f.values[f.index(value)]  # an enum's object or array as the layout writes it (its key order)
         return value
     if isinstance(node, ArrayNode):
         if not isinstance(value, list):
@@ -1015,7 +1025,7 @@ def _fits(node: Node, value: Any) -> bool:
     if isinstance(node, Leaf):
         f = node.field
         if isinstance(f, Field):
-            return not isinstance(value, (dict, list)) and value in f
+            return value in f
         typ = f.type
         if typ == "string":
             return isinstance(value, str) and f.schema.get("minLength", 0) <= len(value) <= f.schema.get(
