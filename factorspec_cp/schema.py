@@ -17,7 +17,7 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-from .errors import DeclarationError, EmptySchema, UnsupportedKeyword
+from .errors import CompileBudgetExceeded, DeclarationError, EmptySchema, UnsupportedKeyword
 
 #: JSON Schema's own annotations (drafts 4 to 2020-12): they constrain nothing, so like every keyword that constrains
 #: nothing they are ignored and listed on ``Spec.ignored`` (refused under ``strict=True``).
@@ -216,10 +216,17 @@ class ObjectNode:
 @dataclass(eq=False)
 class ArrayNode:
     pointer: str
-    items: Node  # the item template, laid out at index "*"
+    items: Node  # the template of the items after the prefix, laid out at index "*"
     min_items: int
     max_items: int | None
     elements: list[Node]  # one node per index below max_items (empty when unbounded)
+    prefix: list[Node] = field(default_factory=list)  # prefixItems (a tuple's items): index i's own schema
+
+    def item(self, i: int) -> Node:
+        """The node of the item at index ``i``."""
+        if i < len(self.elements):
+            return self.elements[i]
+        return self.prefix[i] if i < len(self.prefix) else self.items
 
 
 @dataclass(eq=False)
@@ -253,7 +260,7 @@ class CompiledSchema:
 
 
 _OBJECT_KEYS = {"type", "properties", "required", "additionalProperties"}
-_ARRAY_KEYS = {"type", "items", "minItems", "maxItems"}
+_ARRAY_KEYS = {"type", "items", "minItems", "maxItems", "prefixItems", "additionalItems"}
 _INTEGER_KEYS = {"type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
 _STRING_KEYS = {"type", "maxLength", "minLength", "pattern"}
 _NUMBER_KEYS = {"type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
@@ -272,6 +279,11 @@ _TYPE_VOCABULARY = {
 _TYPE_SPECIFIC = frozenset().union(*_TYPE_VOCABULARY.values())
 #: How deep values of an untyped schema (any JSON value) nest: below that, their arrays are empty.
 ANY_DEPTH = 3
+#: How many times a recursive ``$ref`` may nest inside itself in a record (narrowing: deeper parts are left out
+#: where optional, as schemas no value satisfies are).
+REF_DEPTH = 3
+#: The most schema nodes one declaration compiles to (recursive definitions multiply them).
+MAX_NODES = 20_000
 #: object keywords met by narrowing (see ``_Compiler._object``)
 _OBJECT_NARROWED = {"patternProperties", "minProperties", "maxProperties", "dependentRequired", "dependentSchemas",
                     "dependencies"}
@@ -279,22 +291,100 @@ _DRAFT7_CONTENT = frozenset({"contentMediaType", "contentEncoding"})
 _ALL_KINDS = frozenset({"null", "boolean", "number", "string", "array", "object"})
 
 
+class _References:
+    """``$ref`` resolution by the ``referencing`` library (what ``jsonschema`` uses): base URIs set by ``$id``,
+    ``$anchor``, JSON Pointers into any part of the document, URNs, each draft's rules (draft 7's ``$ref`` overrides
+    its siblings, and ``$id`` beside it changes nothing). References outside the document are not fetched."""
+
+    def __init__(self, doc: dict[str, Any]):
+        self.doc = doc
+        self._where: dict[int, str] = {}
+        self._scope: dict[int, Any] = {}
+        self._root: Any = None
+        self._made: list[Any] = []
+        dialect = doc.get("$schema")
+        self.ref_overrides = isinstance(dialect, str) and any(
+            d in dialect for d in ("draft-07", "draft-06", "draft-04", "draft-03"))
+
+    def _build(self) -> None:
+        import referencing.jsonschema as rj
+        dialect = self.doc.get("$schema")
+        first = rj.specification_with(dialect if isinstance(dialect, str) else "", default=rj.DRAFT202012)
+        error: Exception | None = None
+        # a schema written to an older draft than it says (draft 7's list-valued items under 2020-12, common in
+        # real schemas without $schema) is walked as 2019-09, then draft 7, reads both forms
+        for spec in dict.fromkeys([first, rj.DRAFT201909, rj.DRAFT7]):
+            try:
+                self._walk(spec)
+                break
+            except Exception as e:  # noqa: BLE001 - the library's errors on a malformed $id / $anchor / keyword
+                error = e
+                self._scope.clear()
+        else:
+            raise DeclarationError(f"the declaration's identifiers do not resolve: {error}", pointer="#",
+                                   hint="$id and $anchor must be strings, URIs and plain names") from None
+        stack2: list[tuple[Any, str]] = [(self.doc, "#")]
+        while stack2:  # where each part of the document is (for errors)
+            v, at = stack2.pop()
+            if isinstance(v, dict):
+                self._where.setdefault(id(v), at)
+                stack2.extend((x, f"{at}/{escape(k)}") for k, x in v.items())
+            elif isinstance(v, list):
+                stack2.extend((x, f"{at}/{k}") for k, x in enumerate(v))
+
+    def _walk(self, spec: Any) -> None:
+        """The registry of the document's resources under ``spec``, and the resolver in scope at each schema."""
+        import referencing
+        root = spec.create_resource(self.doc)
+        base = root.id() or ""
+        registry = referencing.Registry().with_resource(base, root).crawl()
+        self._root = registry.resolver(base_uri=base)
+        stack = [(root, self._root)]
+        while stack:
+            res, resolver = stack.pop()
+            self._scope.setdefault(id(res.contents), resolver)
+            stack.extend((sub, resolver.in_subresource(sub)) for sub in res.subresources())
+
+    def alias(self, copy: dict[str, Any], of: dict[str, Any]) -> dict[str, Any]:
+        """``copy`` (a schema made from ``of``) resolves its ``$ref`` where ``of`` would."""
+        if self._root is None:
+            self._build()
+        self._scope[id(copy)] = self._scope.get(id(of), self._root)
+        self._made.append(copy)  # kept alive, so that its id names it while the compile runs
+        return copy
+
+    def lookup(self, schema: dict[str, Any], ref: str, at: str) -> tuple[Any, str]:
+        """The schema ``ref`` (the ``$ref`` of ``schema``) names, and its JSON Pointer in the document."""
+        import referencing.exceptions as rx
+        if self._root is None:
+            self._build()
+        resolver = self._scope.get(id(schema), self._root)
+        try:
+            resolved = resolver.lookup(ref)
+        except (rx.Unresolvable, rx.NoSuchResource, LookupError, ValueError, TypeError) as e:
+            raise UnsupportedKeyword(f"$ref {ref!r} does not resolve inside the declaration", pointer=at,
+                                     found=ref, hint="references outside the document are not fetched: copy the "
+                                                     f"schema to #/$defs/NAME and point there ({type(e).__name__})"
+                                     ) from None
+        target = resolved.contents
+        self._scope.setdefault(id(target), resolved.resolver)
+        return target, self._where.get(id(target), ref)
+
+
 class _Compiler:
     def __init__(self, doc: dict[str, Any], strict: bool = False):
         self.doc = doc
         self.strict = strict
         self.ignored: dict[tuple[str, str], None] = {}
-        self.defs: dict[str, Any] = {}
         for key in ("$defs", "definitions"):
-            if key in doc:
-                if not isinstance(doc[key], dict):
-                    raise UnsupportedKeyword(f"{key} must be an object", pointer=f"#/{key}", found=doc[key])
-                for name, sub in doc[key].items():
-                    self.defs[f"#/{key}/{escape(name)}"] = sub
+            if key in doc and not isinstance(doc[key], dict):
+                raise UnsupportedKeyword(f"{key} must be an object", pointer=f"#/{key}", found=doc[key])
+        self._refs = _References(doc)
         self.fields: dict[str, Field] = {}
         self.free: dict[str, FreeField] = {}
         self.nodes: dict[str, Node] = {}
-        self._ref_stack: list[str] = []
+        self._ref_stack: list[int] = []  # the targets of the $refs being compiled, one inside another (by id)
+        self._nodes_made = 0
         self._any_depth = 0  # untyped schemas (any value) being compiled, one inside another
         # draft 7 lets contentMediaType / contentEncoding assert (2020-12 makes them annotations): under a draft-7
         # $schema they are refused like every constraining keyword we do not enforce
@@ -331,32 +421,46 @@ class _Compiler:
             if schema is False:
                 raise EmptySchema("the schema `false` admits no value", pointer=where, hint="leave the property out")
             raise DeclarationError("a schema must be an object", pointer=where, found=schema)
+        chain: set[int] = set()  # the targets of this chain of $refs (a $ref straight to a $ref ...)
         while "$ref" in schema:
             ref = schema["$ref"]
             if not isinstance(ref, str):
                 raise DeclarationError("$ref must be a string", pointer=f"{where}/$ref", found=ref)
-            others = sorted(k for k in schema if k not in ("$ref", "$defs", "definitions"))
-            if any(constrains(k, schema[k]) for k in others):
-                raise UnsupportedKeyword("keywords beside $ref are not supported", pointer=where,
-                                         found=[k for k in others if constrains(k, schema[k])],
-                                         hint="move them into the referenced definition")
-            for k in others:
-                self._ignore(where, k, schema[k])
-            if ref not in self.defs:
-                raise UnsupportedKeyword(f"$ref {ref!r} is not a local definition", pointer=f"{where}/$ref",
-                                         found=ref, hint="only #/$defs/NAME and #/definitions/NAME are supported")
-            if ref in self._ref_stack:
-                raise UnsupportedKeyword("recursive $ref has no finite layout", pointer=f"{where}/$ref", found=ref)
-            self._ref_stack.append(ref)
-            schema = self.defs[ref]
-            where = ref
+            others = {k: v for k, v in schema.items() if k not in ("$ref", "$defs", "definitions")}
+            beside = {k: v for k, v in others.items() if constrains(k, v)}
+            if beside and not self._refs.ref_overrides:  # 2019-09 and later: $ref is one more assertion
+                both = {"allOf": [self._refs.alias({"$ref": ref}, schema), beside]}
+                for k in others.keys() - beside.keys():
+                    self._ignore(where, k, others[k])
+                schema = both
+                break
+            for k, v in others.items():  # draft 7 and earlier: $ref overrides what is beside it
+                self._ignore(where, k, v)
+            target, target_where = self._refs.lookup(schema, ref, f"{where}/$ref")
+            key = id(target)
+            if key in chain:
+                raise DeclarationError(f"$ref {ref!r} closes a cycle of references that names no schema",
+                                       pointer=f"{where}/$ref", found=ref)
+            chain.add(key)
+            if self._ref_stack.count(key) >= REF_DEPTH:
+                raise EmptySchema(f"recursive $ref {ref!r} nested past the depth bound ({REF_DEPTH})",
+                                  pointer=f"{where}/$ref", found=ref,
+                                  hint="records nest a recursive definition at most REF_DEPTH deep (narrowing): "
+                                       "make the recursive part optional, or an array that may be empty")
+            self._ref_stack.append(key)
+            schema, where = target, target_where
             if not isinstance(schema, dict):
-                raise DeclarationError("a schema must be an object", pointer=where, found=schema)
+                return self._resolve(schema, where)
         _check_keyword_types(schema, where)
         return schema, where
 
     # -- nodes ----------------------------------------------------------------------------------------------------
     def node(self, schema: Any, pointer: str, where: str, conditional: bool) -> Node:
+        self._nodes_made += 1
+        if self._nodes_made > MAX_NODES:
+            raise CompileBudgetExceeded(f"the schema compiles to more than {MAX_NODES:,} nodes", pointer=where,
+                                        hint="recursive definitions and long arrays multiply the layout: bound "
+                                             "them (maxItems), or make recursive parts optional")
         depth = len(self._ref_stack)
         schema, where = self._resolve(schema, where)
         try:
@@ -377,7 +481,7 @@ class _Compiler:
         if typ is None:
             if "properties" in schema:  # narrowed to objects (the records we emit are objects there)
                 typ = "object"
-            elif "items" in schema:  # likewise arrays
+            elif "items" in schema or "prefixItems" in schema:  # likewise arrays
                 typ = "array"
             else:  # any JSON value: a union over every type, each under the keywords of its type
                 self._any_depth += 1
@@ -624,41 +728,75 @@ class _Compiler:
         return schema
 
     def _array(self, schema: dict[str, Any], pointer: str, where: str, conditional: bool) -> ArrayNode:
+        """An array: its prefix (``prefixItems``, or draft 7's list-valued ``items``), each index its own schema,
+        then items of one schema (``items`` after ``prefixItems``, ``additionalItems`` after a list; ``false``:
+        none), between ``minItems`` and ``maxItems``."""
         self._check_keys(schema, _ARRAY_KEYS, where)
         lo = schema.get("minItems", 0)
         hi = schema.get("maxItems")
-        items = schema.get("items", True)  # no `items`: items of any value
-        if items is True or items == {}:
-            if self._any_depth >= ANY_DEPTH:  # any values nested this deep: the array is empty (narrowing)
-                if lo:
-                    raise UnsupportedKeyword(f"an array of any values nested more than {ANY_DEPTH} deep needs items",
-                                             pointer=where, hint='give it "items"')
-                hi = 0
-                schema = {**schema, "items": {"type": "null"}}  # a template no record uses
-            else:
-                schema = {**schema, "items": {}}
         for key, val in (("minItems", lo), ("maxItems", hi)):
             if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val < 0):
                 raise DeclarationError(f"{key} must be a non-negative integer", pointer=f"{where}/{key}", found=val)
         if hi is not None and hi < lo:
             raise DeclarationError("maxItems is below minItems", pointer=where, found={"minItems": lo, "maxItems": hi})
+        items = schema.get("items", True)  # no `items`: items of any value
+        prefix: list[Any] = []
+        rest_key = "items"
+        if "prefixItems" in schema:
+            prefix, prefix_key = schema["prefixItems"], "prefixItems"
+            if "additionalItems" in schema:  # not a 2020-12 keyword: beside prefixItems it constrains nothing
+                self._ignore(where, "additionalItems", schema["additionalItems"])
+        elif isinstance(items, list):  # draft 7 and earlier: a list of schemas is the prefix
+            prefix, prefix_key = items, "items"
+            items, rest_key = schema.get("additionalItems", True), "additionalItems"
+        elif "additionalItems" in schema:  # beside a schema-valued (or absent) items it does nothing
+            self._ignore(where, "additionalItems", schema["additionalItems"])
+        if isinstance(hi, int) and hi > 10_000:
+            raise UnsupportedKeyword("maxItems above 10000 is not supported", pointer=f"{where}/maxItems", found=hi)
+        if len(prefix) > 10_000:
+            raise UnsupportedKeyword("more than 10000 prefix items are not supported", pointer=f"{where}/prefixItems")
+        heads: list[Node] = []  # the prefix's nodes, up to the first one no value satisfies
+        for i, sub in enumerate(prefix[:hi] if hi is not None else prefix):
+            saved = dict(self.fields), dict(self.free)
+            try:
+                heads.append(self.node(sub, f"{pointer}/{i}", f"{where}/{prefix_key}/{i}", conditional or i >= lo))
+            except EmptySchema:
+                if lo > i:
+                    raise
+                self.fields, self.free = saved
+                hi = i  # no item satisfies index i: the array ends before it
+                break
+        if items is False or (hi is not None and hi <= len(heads)):
+            hi = len(heads) if hi is None else min(hi, len(heads))
+            items = {"type": "null"}  # a template no record uses
+        elif items is True or items == {}:
+            if self._any_depth >= ANY_DEPTH:  # any values nested this deep: the array is empty (narrowing)
+                if lo:
+                    raise UnsupportedKeyword(f"an array of any values nested more than {ANY_DEPTH} deep needs items",
+                                             pointer=where, hint='give it "items"')
+                hi = len(heads)
+                items = {"type": "null"}
+            else:
+                items = {}
+        if hi is not None and hi < lo:
+            raise EmptySchema("minItems is above the items the array may have", pointer=where,
+                              found={"minItems": lo, "items allowed": hi})
         # The template is laid out at "*" so that relations and layouts can name the item shape.
         saved = dict(self.fields), dict(self.free)
         try:
-            template = self.node(schema["items"], f"{pointer}/*", f"{where}/items", True)
+            template = self.node(items, f"{pointer}/*", f"{where}/{rest_key}", True)
         except EmptySchema:
-            if lo:
+            if lo > len(heads):
                 raise
-            self.fields, self.free = saved  # items no value satisfies: the array is empty
-            template, hi, schema = self.node({"type": "null"}, f"{pointer}/*", f"{where}/items", True), 0, {}
+            self.fields, self.free = saved  # items no value satisfies: the array ends after its prefix
+            template, hi, items = self.node({"type": "null"}, f"{pointer}/*", f"{where}/{rest_key}", True), \
+                len(heads), {"type": "null"}
         self.fields, self.free = saved
-        elements = []
+        elements: list[Node] = []
         if hi is not None:
-            if hi > 10_000:
-                raise UnsupportedKeyword("maxItems above 10000 is not supported", pointer=f"{where}/maxItems", found=hi)
-            for i in range(hi):
-                elements.append(self.node(schema["items"], f"{pointer}/{i}", f"{where}/items", conditional or i >= lo))
-        return ArrayNode(pointer, template, lo, hi, elements)
+            elements = heads[:hi] + [self.node(items, f"{pointer}/{i}", f"{where}/{rest_key}", conditional or i >= lo)
+                                     for i in range(len(heads), hi)]
+        return ArrayNode(pointer, template, lo, hi, elements, heads[:hi] if hi is not None else heads)
 
     def _typed_union(self, schema: dict[str, Any], types: list[Any], pointer: str, where: str,
                      conditional: bool) -> Node:
@@ -702,7 +840,14 @@ class _Compiler:
         Keywords on one side are taken; on both sides, the ones with a known meet are met (types intersected,
         bounds tightened, required and enum values joined and intersected, properties and items met as allOf);
         any other keyword on both sides with different values is refused."""
+        tuple_keys = ("items", "prefixItems", "additionalItems")
+        arrays = None
+        if any("prefixItems" in x or isinstance(x.get("items"), list) for x in (a, b)):
+            arrays = _met_items(a, b)  # each index under both sides' schemas for it
+            a, b = ({k: v for k, v in x.items() if k not in tuple_keys} for x in (a, b))
         out = {k: v for k, v in a.items() if k not in ("$defs", "definitions")}
+        if arrays is not None:
+            out.update(arrays)
         for k, v in b.items():
             if k in ("$defs", "definitions"):
                 continue
@@ -869,7 +1014,10 @@ class _Compiler:
         rest = {k: v for k, v in schema.items() if k not in (key, "$defs", "definitions")}
         for k in [k for k, v in rest.items() if not constrains(k, v) and k not in self._asserting]:
             self._ignore(where, k, rest.pop(k))
-        resolved = [self._resolved(o, f"{where}/{key}/{k}") for k, o in enumerate(options)]
+        try:
+            resolved = [self._resolved(o, f"{where}/{key}/{k}") for k, o in enumerate(options)]
+        except EmptySchema:  # a `false` branch: left out there
+            return self._general_union(key, options, rest, pointer, where)
         if rest or not all(opt.get("type", "object" if "properties" in opt else None) == "object"
                            for opt, _ in resolved):
             return self._general_union(key, options, rest, pointer, where)
@@ -906,7 +1054,12 @@ class _Compiler:
         for k, o in enumerate(options):
             at = f"{where}/{key}/{k}"
             depth = len(self._ref_stack)
-            opt, w = self._resolve(o, at)
+            try:
+                opt, w = self._resolve(o, at)
+            except EmptySchema:  # `false`: a branch no value takes (and under oneOf, one no value ever matches)
+                del self._ref_stack[depth:]
+                merged.append((None, at, []))
+                continue
             m = self._merge(rest, opt, at) if rest else opt
             merged.append((m, w, list(self._ref_stack[depth:])))
             del self._ref_stack[depth:]
@@ -937,6 +1090,26 @@ class _Compiler:
         if not branches:
             raise EmptySchema(f"no branch of {key} can hold beside the keywords next to it", pointer=where)
         return UnionNode(pointer, branches)
+
+
+def _tuple_parts(schema: dict[str, Any]) -> tuple[list[Any], Any]:
+    """An array schema's prefix (``prefixItems``, or a list-valued ``items``) and the schema of the items after it."""
+    if "prefixItems" in schema:
+        return list(schema["prefixItems"]) if isinstance(schema["prefixItems"], list) else [], \
+            schema.get("items", True)
+    items = schema.get("items", True)
+    if isinstance(items, list):
+        return list(items), schema.get("additionalItems", True)
+    return [], items
+
+
+def _met_items(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """``prefixItems`` and ``items`` of the allOf of two array schemas: index i of the prefix under both sides'
+    schemas for index i (a side's own prefix item, or its items after the prefix), the rest under both rests."""
+    (pa, ra), (pb, rb) = _tuple_parts(a), _tuple_parts(b)
+    n = max(len(pa), len(pb))
+    prefix = [{"allOf": [pa[i] if i < len(pa) else ra, pb[i] if i < len(pb) else rb]} for i in range(n)]
+    return {"prefixItems": prefix, "items": {"allOf": [ra, rb]}}
 
 
 def _numbers(*xs: Any) -> bool:

@@ -120,11 +120,6 @@ SCHEMA_CASES = [
                  "#/properties/a/if", {"maxLength": 3}, id="if-then-nested"),
     pytest.param(obj({"a": {"$ref": "https://example.com/city.json"}}), "#/properties/a/$ref",
                  "https://example.com/city.json", id="remote-ref"),
-    pytest.param({"$defs": {"Node": obj({"v": {"type": "boolean"}, "next": {"$ref": "#/$defs/Node"}}, ["v"])},
-                  **obj({"root": {"$ref": "#/$defs/Node"}})},
-                 "#/$defs/Node/properties/next/$ref", "#/$defs/Node", id="recursive-ref"),
-    pytest.param({"$defs": {"A": {"$ref": "#/$defs/B"}, "B": {"$ref": "#/$defs/A"}},
-                  **obj({"a": {"$ref": "#/$defs/A"}})}, "#/$defs/B/$ref", "#/$defs/A", id="mutually-recursive-ref"),
     pytest.param({"$defs": {"Day": {"type": "string", "format": "duration"}}, **obj({"d": {"$ref": "#/$defs/Day"}})},
                  "#/$defs/Day/format", "duration", id="keyword-inside-def"),
     pytest.param(obj({"v": {"type": "array", "maxItems": 2,
@@ -175,8 +170,8 @@ SWEEP = [
     ("object", k, v) for k, v in [("propertyNames", {}), ("unevaluatedProperties", False), ("if", {}),
                                   ("then", {}), ("else", {}), ("not", {})]
 ] + [
-    ("array", k, v) for k, v in [("prefixItems", [{}]), ("contains", {}), ("minContains", 1), ("maxContains", 2),
-                                 ("uniqueItems", True), ("unevaluatedItems", False), ("additionalItems", False)]
+    ("array", k, v) for k, v in [("contains", {}), ("minContains", 1), ("maxContains", 2),
+                                 ("uniqueItems", True), ("unevaluatedItems", False)]
 ]
 #: Keywords that constrain nothing (JSON Schema's content annotations, a format JSON Schema does not define, OpenAPI
 #: and vendor keys, draft 4's ``id``, an unknown word): ignored and listed on ``spec.ignored`` (the keyword policy of

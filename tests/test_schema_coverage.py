@@ -211,7 +211,7 @@ def test_refusal_reason() -> None:
     assert cov.refusal_reason(e.value).startswith("oneOf branches that may both hold")
     with pytest.raises(DeclarationError) as e:
         Spec({"$ref": "http://x/y"})
-    assert cov.refusal_reason(e.value) == "$ref is not a local definition"
+    assert cov.refusal_reason(e.value) == "$ref does not resolve inside the declaration"
 
 
 def test_generated_records_come_from_the_layout() -> None:

@@ -82,6 +82,11 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "structured_enum": {"type": "object", "required": ["v", "w"], "properties": {
         "v": {"enum": [{"x": 1, "y": [1, {"z": None}]}, [1, "b"], {}, [], 3, "q", {"x": 1}, [[]]]},
         "w": {"type": "array", "minItems": 1, "maxItems": 2, "items": {"const": {"k": [True, 1.5], "é": {}}}}}},
+    "tuple": {"type": "object", "required": ["t", "u"], "properties": {
+        "t": {"type": "array", "minItems": 1, "maxItems": 4, "prefixItems": [{"enum": ["x", "y"]}, {"const": 0}],
+              "items": {"type": "array", "maxItems": 2, "prefixItems": [{"type": "boolean"}],
+                        "items": {"type": "integer", "minimum": 0, "maximum": 2}}},
+        "u": {"type": "array", "prefixItems": [{"type": "null"}, {"enum": [1, 2]}], "items": False}}},
     "indexed": {"type": "object", "required": ["grid"], "properties": {"grid": {
         "type": "array", "minItems": 2, "maxItems": 2, "items": {
             "type": "array", "minItems": 2, "maxItems": 3, "items": {"enum": ["o", "x"]}}}}},
@@ -167,7 +172,7 @@ def _record(node: Node, r: random.Random) -> Any:
         return {p.name: _record(p.node, r) for p in node.properties if p.required or r.random() < 0.5}
     if isinstance(node, ArrayNode):
         n = r.randint(node.min_items, node.max_items if node.max_items is not None else node.min_items + 3)
-        return [_record(node.items, r) for _ in range(n)]
+        return [_record(node.item(i), r) for i in range(n)]
     assert isinstance(node, UnionNode)
     return _record(r.choice(node.branches), r)
 
@@ -177,7 +182,7 @@ def _fields(node: Node, value: Any, at: str = "") -> list[tuple[str, Any]]:
     if isinstance(node, Leaf):
         return [(at, value)] if isinstance(node.field, Field) else []
     if isinstance(node, ArrayNode):
-        return [e for k, x in enumerate(value) for e in _fields(node.items, x, f"{at}/{k}")]
+        return [e for k, x in enumerate(value) for e in _fields(node.item(k), x, f"{at}/{k}")]
     if isinstance(node, UnionNode):
         branch = next(b for b, t in zip(node.branches, node.tags) if t == value[node.discriminator])
         return _fields(branch, value, at)

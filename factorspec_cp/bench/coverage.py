@@ -290,7 +290,7 @@ def accepts(node: Node, v: Any, dialect: str = "ecma") -> bool:
             return False
         if node.max_items is not None and len(v) > node.max_items:
             return False
-        return all(accepts(node.elements[i] if node.elements else node.items, x, dialect)
+        return all(accepts(node.item(i), x, dialect)
                    for i, x in enumerate(v))
     if isinstance(node, UnionNode):
         if node.discriminator is None:
@@ -377,7 +377,7 @@ class Generator:
         if isinstance(node, ArrayNode):
             hi = node.max_items if node.max_items is not None else node.min_items + 3
             n = rng.randint(node.min_items, min(hi, node.min_items + 4))
-            return [self.record(node.elements[i] if node.elements else node.items) for i in range(n)]
+            return [self.record(node.item(i)) for i in range(n)]
         if isinstance(node, UnionNode):
             return self.record(rng.choice(node.branches))
         raise TypeError(f"unknown node {node!r}")  # pragma: no cover

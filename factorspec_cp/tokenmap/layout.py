@@ -472,6 +472,9 @@ class Layout:
         elif isinstance(node, ObjectNode):
             self._object(node, segs, depth)
         elif isinstance(node, ArrayNode):
+            if node.prefix:
+                self._tuple(node, segs, depth)
+                return
             self._lit("[")
             self._emit(ASTART)
             loop = self._emit(ALOOP, node.min_items, node.max_items, None, None, None, None)
@@ -506,6 +509,39 @@ class Layout:
                 self._code[j][1] = end
         else:  # pragma: no cover - the schema compiler makes no other node
             raise TypeError(f"unknown node {node!r}")
+
+    def _tuple(self, node: ArrayNode, segs: tuple[str | int | None, ...], depth: int) -> None:
+        """An array with a prefix: its items unrolled, each at its own index (from ``min_items`` on, the array may
+        close before each), then the loop of the remaining items, counted from the prefix's length."""
+        n = len(node.prefix)
+        self._lit("[")
+        stops: list[tuple[int, int]] = []  # (SPLIT before item i, i)
+        for i, el in enumerate(node.prefix):
+            if i >= node.min_items:
+                stops.append((self._emit(SPLIT, None), i))
+                self._here()
+            self._lit(self._sep(depth, i == 0))
+            self._compile(el, (*segs, str(i)), depth + 1)
+        loop = None
+        if node.max_items is None or node.max_items > n:
+            self._emit(ASTART)
+            loop = self._emit(ALOOP, max(0, node.min_items - n),
+                              None if node.max_items is None else node.max_items - n, None, None, None, None)
+            more = self._here()
+            self._lit(self._sep(depth, False))
+            self._compile(node.items, (*segs, n), depth + 1)
+            self._emit(ANEXT, loop)
+        close = self._here()
+        self._lit(self._end(depth, "]"))
+        jump = self._emit(JMP, None)
+        empty = self._here()
+        self._lit("]")
+        end = self._here()
+        self._code[jump][1] = end
+        if loop is not None:
+            self._code[loop][3:7] = [more, more, close, close]
+        for k, i in stops:  # write item i, or close the array before it
+            self._code[k][1] = (k + 1, empty if i == 0 else close)
 
     def _object(self, node: ObjectNode, segs: tuple[str | None, ...], depth: int) -> None:
         props = node.properties
@@ -600,7 +636,8 @@ class Layout:
         ptr = self._pointers.get(key)
         if ptr is None:
             idx = iter(ctr)
-            ptr = "".join("/" + (s if s is not None else str(next(idx))) for s in segs)
+            # a None segment is an array loop's counter; an integer one, the counter past a prefix of that length
+            ptr = "".join("/" + (s if isinstance(s, str) else str(next(idx) + (s or 0))) for s in segs)
             if len(self._pointers) > 200_000:
                 self._pointers.clear()
             self._pointers[key] = ptr
@@ -996,7 +1033,7 @@ def _order(node: Node, value: Any, at: str) -> Any:
     if isinstance(node, ArrayNode):
         if not isinstance(value, list):
             raise ValueError(f"{at or '/'}: expected an array, found {value!r}")
-        return [_order(node.items, x, f"{at}/{k}") for k, x in enumerate(value)]
+        return [_order(node.item(k), x, f"{at}/{k}") for k, x in enumerate(value)]
     if isinstance(node, UnionNode):
         if node.discriminator is None:  # the first branch whose shape the value has
             for branch in node.branches:
@@ -1043,7 +1080,7 @@ def _fits(node: Node, value: Any) -> bool:
         if not isinstance(value, list) or len(value) < node.min_items or (
                 node.max_items is not None and len(value) > node.max_items):
             return False
-        return all(_fits(node.elements[i] if node.elements else node.items, x) for i, x in enumerate(value))
+        return all(_fits(node.item(i), x) for i, x in enumerate(value))
     if isinstance(node, UnionNode):
         return any(_fits(b, value) for b in node.branches)
     return False
