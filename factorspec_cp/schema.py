@@ -473,6 +473,8 @@ class _Compiler:
     def _node(self, schema: dict[str, Any], pointer: str, where: str, conditional: bool) -> Node:
         if "allOf" in schema:
             return self._all_of(schema, pointer, where, conditional)
+        if "not" in schema:
+            schema = self._not(schema, where)
         if "anyOf" in schema or "oneOf" in schema:
             return self._union(schema, pointer, where, conditional)
         if "const" in schema or "enum" in schema:
@@ -533,6 +535,73 @@ class _Compiler:
             return self._leaf(FreeField(pointer, dict(schema), conditional, where))
         raise UnsupportedKeyword(f"type {typ!r} is not supported", pointer=f"{where}/type", found=typ,
                                  hint="object, array, integer, boolean, string, number, null")
+
+    def _not(self, schema: dict[str, Any], where: str) -> dict[str, Any]:
+        """``schema`` with its ``not`` replaced by keywords the layout keeps. ``not N`` holds where one keyword of
+        ``N`` fails, so one is made to fail: a name ``N`` requires is left out (narrowing: it is never written),
+        ``N``'s types are taken out of the schema's, or ``N``'s values out of its finite domain. Where ``N`` is that
+        keyword alone this is its exact complement (but for numbers that are not integers: none are written); where
+        nothing of ``N`` can be made to fail, the keyword is refused, never dropped."""
+        at = f"{where}/not"
+        rest = {k: v for k, v in schema.items() if k != "not"}
+        try:
+            neg, _ = self._resolved(schema["not"], at)
+        except EmptySchema:  # not false: every value
+            return rest
+        keys = {k for k, v in neg.items() if constrains(k, v)}
+        for k in sorted(neg.keys() - keys - {"$defs", "definitions"}):
+            self._ignore(at, k, neg[k])
+        if not keys:
+            raise EmptySchema("`not` of a schema every value satisfies admits no value", pointer=at,
+                              hint="leave the property out")
+        alone = len(keys) == 1
+        req = neg.get("required")
+        if isinstance(req, list) and req and all(isinstance(r, str) for r in req):
+            own = rest.get("required", [])
+            free = [r for r in req if not (isinstance(own, list) and r in own)]
+            if free:
+                props = rest.get("properties")
+                if isinstance(props, dict) and free[0] in props:
+                    rest["properties"] = {n: v for n, v in props.items() if n != free[0]}
+                return rest  # an object we write carries only its declared properties: free[0] never appears
+            if alone and rest.get("type") == "object":
+                raise EmptySchema("`not` forbids properties the object requires", pointer=at, found=req)
+        typ = neg.get("type")
+        if typ is not None:
+            banned = set(typ if isinstance(typ, list) else [typ])
+            cur = rest.get("type", list(JSON_TYPES))
+            cur = [c for c in (cur if isinstance(cur, list) else [cur]) if isinstance(c, str)]
+            if "number" in banned:
+                banned.add("integer")
+            narrowed = "integer" in banned and "number" in cur and "number" not in banned
+            if narrowed:  # numbers that are not integers: the layout's numbers may be integral, so none (narrowing)
+                banned.add("number")
+            left = [c for c in cur if c not in banned]
+            if not left and alone and not narrowed:
+                raise EmptySchema("`not` excludes every type the schema allows", pointer=at, found=neg)
+            if left:
+                rest["type"] = left if len(left) > 1 else left[0]
+                return rest
+        vals = _values(neg)
+        if vals is not None:
+            mine = _values(rest)
+            if mine is None and rest.get("type") in ("boolean", "null"):
+                mine = [False, True] if rest["type"] == "boolean" else [None]
+            if mine is None and rest.get("type") == "integer":
+                mine = _integers(rest)
+                if mine is not None:
+                    rest = {k: v for k, v in rest.items() if k not in _INTEGER_KEYS - {"type"}}
+            if mine is not None:
+                left = [v for v in mine if not any(_same(v, x) for x in vals)]
+                if not left and alone:
+                    raise EmptySchema("`not` excludes every value of the enum", pointer=at, found=neg)
+                if left:
+                    rest.pop("const", None)
+                    rest["enum"] = left
+                    return rest
+        raise UnsupportedKeyword("keyword 'not' is supported where the layout can make one keyword of it fail (a "
+                                 "required name, a type, a finite set of values)", pointer=at, found=schema["not"],
+                                 hint="write the complement in the schema itself")
 
     def _leaf(self, f: Union[Field, FreeField]) -> Leaf:
         if isinstance(f, Field):
@@ -1110,6 +1179,21 @@ def _met_items(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     n = max(len(pa), len(pb))
     prefix = [{"allOf": [pa[i] if i < len(pa) else ra, pb[i] if i < len(pb) else rb]} for i in range(n)]
     return {"prefixItems": prefix, "items": {"allOf": [ra, rb]}}
+
+
+def _integers(schema: dict[str, Any], limit: int = 10_000) -> list[int] | None:
+    """The values of an integer schema with finite bounds (at most ``limit`` of them), or ``None``."""
+    if any(k in schema and not _numbers(schema[k]) for k in _INTEGER_KEYS - {"type"}):
+        return None
+    los = [_ceil(schema["minimum"])] if "minimum" in schema else []
+    los += [_floor(schema["exclusiveMinimum"]) + 1] if "exclusiveMinimum" in schema else []
+    his = [_floor(schema["maximum"])] if "maximum" in schema else []
+    his += [_ceil(schema["exclusiveMaximum"]) - 1] if "exclusiveMaximum" in schema else []
+    lo, hi = max(los, default=None), min(his, default=None)
+    step = schema.get("multipleOf", 1)
+    if lo is None or hi is None or hi - lo >= limit or not isinstance(step, int):
+        return None
+    return [v for v in range(lo, hi + 1) if v % step == 0]
 
 
 def _numbers(*xs: Any) -> bool:

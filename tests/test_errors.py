@@ -130,8 +130,8 @@ SCHEMA_CASES = [
                  id="keyword-under-escaped-name"),
     pytest.param(obj({"a": {"type": "integer", "minimum": 0, "maximum": 4, "multipleOf": 0.5}}),
                  "#/properties/a/multipleOf", 0.5, id="fractional-multipleOf"),
-    pytest.param(obj({"a": {"not": {"type": "boolean"}}}), "#/properties/a/not", {"type": "boolean"},
-                 id="not-without-type"),
+    pytest.param(obj({"a": {"type": "string", "not": {"minLength": 3}}}), "#/properties/a/not", {"minLength": 3},
+                 id="not-undecidable"),
 ]
 
 
@@ -163,12 +163,12 @@ def test_unsupported_keyword_hints(pointer_end: str, hint: str) -> None:
 #: JSON Schema 2020-12 validation keywords outside the subset, by the type where they would apply: each constrains
 #: values, so each is refused (never weakened).
 SWEEP = [
-    ("string", k, v) for k, v in [("format", "idn-hostname"), ("not", {}), ("$dynamicRef", "#x")]
+    ("string", k, v) for k, v in [("format", "idn-hostname"), ("not", {"minLength": 1}), ("$dynamicRef", "#x")]
 ] + [
-    ("integer", k, v) for k, v in [("not", {})]
+    ("integer", k, v) for k, v in [("not", {"minimum": 1})]
 ] + [
     ("object", k, v) for k, v in [("propertyNames", {}), ("unevaluatedProperties", False), ("if", {}),
-                                  ("then", {}), ("else", {}), ("not", {})]
+                                  ("then", {}), ("else", {}), ("not", {"properties": {"b": {"const": True}}})]
 ] + [
     ("array", k, v) for k, v in [("contains", {}), ("minContains", 1), ("maxContains", 2),
                                  ("uniqueItems", True), ("unevaluatedItems", False)]

@@ -103,6 +103,14 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "prefix-required": {"type": "array", "minItems": 2, "prefixItems": [{"type": "integer"}, {"const": "a"}]},
     "allOf-prefix": {"allOf": [{"prefixItems": [{"minimum": 3}]}], "items": {"type": "integer", "minimum": 5,
                                                                            "maximum": 9}},
+    "not-types": {"not": {"type": ["string", "object", "array"]}},
+    "not-enum-integer": {"type": "integer", "minimum": 0, "maximum": 3, "not": {"enum": [1, 2]}},
+    "not-required": {"type": "object", "properties": {"a": {"enum": [1]}, "b": {"enum": [2]}},
+                     "not": {"required": ["a", "b"], "properties": {"a": {"enum": [1]}}}},
+    "not-integer": {"not": {"type": "integer"}},
+    "not-forbidden": {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 2},
+                                                       "b": {"not": {}}}},
+    "not-const": {"enum": [1, "a", None], "not": {"const": "a"}},
     "stray-keywords": {"type": "string", "minimum": 3, "items": {"type": "boolean"}, "maxLength": 1},
 }
 
@@ -120,6 +128,10 @@ def _narrowed(name: str, v: Any) -> bool:
         return True
     if name == "property-true" and isinstance(v, dict) and (set(v) != {"a"} or isinstance(v["a"], (dict, list))):
         return True
+    if name == "not-integer" and (isinstance(v, float) and not v.is_integer() or isinstance(v, dict) and v):
+        return True  # numbers that are not integers are not written; any value's objects are empty
+    if name == "not-required" and isinstance(v, dict) and "a" in v:
+        return True  # `not required [a, b]`: a is never written
     if name == "allOf-prefix" and not isinstance(v, list):
         return True  # an untyped schema with items compiles to arrays
     if name == "oneOf-optional-tags" and isinstance(v, dict) and v.get("t") != "a" and "v" in v:
@@ -133,7 +145,8 @@ def _narrowed(name: str, v: Any) -> bool:
         return True
     declared = {
         "oneOf-required-undeclared": {"p", "q"}, "empty-parts": {"a", "s"}, "pattern-properties": {"ab", "b"},
-        "required-undeclared": {"a"}, "min-max-properties": {"a", "b", "k"}, "dependent-required": {"a", "b"},
+        "required-undeclared": {"a"}, "min-max-properties": {"a", "b", "k"}, "not-required": {"a", "b"},
+        "not-forbidden": {"a"}, "dependent-required": {"a", "b"},
         "dependencies-schema": {"a", "b"}, "dependent-false": {"b"}, "oneOf-required": {"p", "q"},
         "oneOf-optional-tags": {"t", "v"}, "anyOf-siblings": {"k", "n", "s"}, "oneOf-kinds": {"k"},
         "oneOf-tags": {"k", "x", "s"}, "allOf-objects": {"a", "b"}, "allOf-closed": {"a"}, "allOf-ref": {"k"}
