@@ -241,7 +241,7 @@ def _free(f: Any) -> str:
 
 def _instance_text(inst: Instance) -> str:
     at = f" [i={inst.i}]" if inst.i is not None else ""
-    return f"{inst.source if inst.source >= 0 else 'objective'}{at}"
+    return f"{inst.source if inst.source >= 0 else 'objective' if inst.source == -1 else 'schema'}{at}"
 
 
 # -- Spec ----------------------------------------------------------------------------------------------------------

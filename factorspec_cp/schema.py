@@ -247,8 +247,11 @@ class CompiledSchema:
     """The schema as nodes, with lookup tables by JSON Pointer, and the keywords ignored (they constrain nothing)."""
 
     def __init__(self, root: Node, fields: dict[str, Field], free: dict[str, FreeField], nodes: dict[str, Node],
-                 ignored: list[tuple[str, str]] | None = None):
+                 ignored: list[tuple[str, str]] | None = None, unique: list[tuple[str, list[str]]] | None = None):
         self.root = root
+        #: ``uniqueItems`` arrays, as (JSON Pointer of the schema, the pointers of its items): each an all_different
+        #: relation the spec enforces
+        self.unique = unique or []
         self.fields = fields  # every finite-domain leaf, record order
         self.free = free
         self.nodes = nodes
@@ -260,7 +263,7 @@ class CompiledSchema:
 
 
 _OBJECT_KEYS = {"type", "properties", "required", "additionalProperties"}
-_ARRAY_KEYS = {"type", "items", "minItems", "maxItems", "prefixItems", "additionalItems"}
+_ARRAY_KEYS = {"type", "items", "minItems", "maxItems", "prefixItems", "additionalItems", "uniqueItems"}
 _INTEGER_KEYS = {"type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
 _STRING_KEYS = {"type", "maxLength", "minLength", "pattern"}
 _NUMBER_KEYS = {"type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
@@ -385,6 +388,7 @@ class _Compiler:
         self.nodes: dict[str, Node] = {}
         self._ref_stack: list[int] = []  # the targets of the $refs being compiled, one inside another (by id)
         self._nodes_made = 0
+        self.unique: list[tuple[str, list[str]]] = []
         self._any_depth = 0  # untyped schemas (any value) being compiled, one inside another
         # draft 7 lets contentMediaType / contentEncoding assert (2020-12 makes them annotations): under a draft-7
         # $schema they are refused like every constraining keyword we do not enforce
@@ -800,6 +804,8 @@ class _Compiler:
         """An array: its prefix (``prefixItems``, or draft 7's list-valued ``items``), each index its own schema,
         then items of one schema (``items`` after ``prefixItems``, ``additionalItems`` after a list; ``false``:
         none), between ``minItems`` and ``maxItems``."""
+        if any(k in schema for k in ("contains", "minContains", "maxContains")):
+            schema = self._contains(schema, where)
         self._check_keys(schema, _ARRAY_KEYS, where)
         lo = schema.get("minItems", 0)
         hi = schema.get("maxItems")
@@ -865,7 +871,63 @@ class _Compiler:
         if hi is not None:
             elements = heads[:hi] + [self.node(items, f"{pointer}/{i}", f"{where}/{rest_key}", conditional or i >= lo)
                                      for i in range(len(heads), hi)]
+        if schema.get("uniqueItems") is True and not (hi is not None and hi <= 1):
+            self._unique(elements, lo, hi, conditional, where)
+        elif "uniqueItems" in schema and schema["uniqueItems"] is not True:
+            self._ignore(where, "uniqueItems", schema["uniqueItems"])  # false (or not a boolean): no constraint
         return ArrayNode(pointer, template, lo, hi, elements, heads[:hi] if hi is not None else heads)
+
+    def _unique(self, elements: list[Node], lo: int, hi: int | None, conditional: bool, where: str) -> None:
+        """``uniqueItems`` over an array of a fixed length whose items are finite-domain values: an all_different
+        relation over them (where the items take fewer values than the length, no array is unique)."""
+        leaves = [e.field for e in elements if isinstance(e, Leaf) and isinstance(e.field, Field)]
+        if hi is None or lo != hi or conditional or len(leaves) != len(elements):
+            raise UnsupportedKeyword("keyword 'uniqueItems' is supported over arrays of a fixed length (minItems == "
+                                     "maxItems, always present) whose items are finite-domain values",
+                                     pointer=f"{where}/uniqueItems", found=True,
+                                     hint="it is then an all_different relation; otherwise drop it, or state the "
+                                          "relation yourself")
+        values = {jkey(v) for f in leaves for v in f.values}
+        if len(values) < hi:
+            raise EmptySchema(f"uniqueItems over {hi} items that take {len(values)} values admits no array",
+                              pointer=f"{where}/uniqueItems")
+        self.unique.append((f"{where}/uniqueItems", [f.pointer for f in leaves]))
+
+    def _contains(self, schema: dict[str, Any], where: str) -> dict[str, Any]:
+        """``contains`` (with ``minContains`` n, default 1) as n items after the prefix that satisfy it and the
+        items schema both (narrowing: the matches come first; exact: every array written has n matches).
+        ``maxContains`` is supported where ``maxItems`` already keeps it."""
+        out = {k: v for k, v in schema.items() if k not in ("contains", "minContains", "maxContains")}
+        if "contains" not in schema:  # minContains / maxContains without contains constrain nothing
+            for k in ("minContains", "maxContains"):
+                if k in schema:
+                    self._ignore(where, k, schema[k])
+            return out
+        n, cap = schema.get("minContains", 1), schema.get("maxContains")
+        for k, v in (("minContains", n), ("maxContains", cap)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise DeclarationError(f"{k} must be a non-negative integer", pointer=f"{where}/{k}", found=v)
+        hi = schema.get("maxItems")
+        if cap is not None and not (isinstance(hi, int) and cap >= hi):
+            raise UnsupportedKeyword("keyword 'maxContains' below maxItems is not supported",
+                                     pointer=f"{where}/maxContains", found=cap,
+                                     hint="the matches would have to be counted among the other items")
+        if cap is not None and n > cap:
+            raise EmptySchema("minContains is above maxContains", pointer=where, found={"minContains": n,
+                                                                                      "maxContains": cap})
+        if n == 0:
+            return out
+        prefix, rest = _tuple_parts(schema)
+        if prefix and (rest is False or isinstance(hi, int) and hi < len(prefix) + n):
+            raise UnsupportedKeyword("contains beside prefix items that leave no room after them is not supported",
+                                     pointer=f"{where}/contains", found=schema["contains"],
+                                     hint="the match would have to be one of the prefix items")
+        out.pop("additionalItems", None)
+        match = {"allOf": [rest, schema["contains"]]}
+        out["prefixItems"] = [*prefix, *[match] * n]
+        out["items"] = rest
+        out["minItems"] = max(schema.get("minItems", 0), len(prefix) + n)
+        return out
 
     def _typed_union(self, schema: dict[str, Any], types: list[Any], pointer: str, where: str,
                      conditional: bool) -> Node:
@@ -1345,4 +1407,4 @@ def compile_schema(doc: dict[str, Any], *, strict: bool = False) -> CompiledSche
     check_json(doc)
     c = _Compiler(doc, strict)
     root = c.node(doc, "", "#", False)
-    return CompiledSchema(root, c.fields, c.free, c.nodes, list(c.ignored))
+    return CompiledSchema(root, c.fields, c.free, c.nodes, list(c.ignored), c.unique)

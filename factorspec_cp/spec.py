@@ -29,7 +29,18 @@ from .errors import (
     UnknownPath,
     UnsatisfiableDeclaration,
 )
-from .relations import Any_, Implies, Linear, Relation, Table, Term, _parse_terms, relation_from_json, relation_has_sat
+from .relations import (
+    AllDifferent,
+    Any_,
+    Implies,
+    Linear,
+    Relation,
+    Table,
+    Term,
+    _parse_terms,
+    relation_from_json,
+    relation_has_sat,
+)
 from .schema import (
     ArrayNode,
     Field,
@@ -83,6 +94,10 @@ class Objective:
         return Objective(senses[0], _parse_terms(doc[senses[0]], f"{where}/{senses[0]}"), require)
 
 
+#: ``Instance.source`` of a relation the schema itself states (``uniqueItems``); the objective's is -1
+SCHEMA_SOURCE = -2
+
+
 @dataclass(eq=False)
 class Instance:
     """One concrete relation: a template relation with its paths instantiated."""
@@ -98,7 +113,8 @@ class Instance:
     def label(self) -> str:
         name = f" '{self.relation.name}'" if self.relation.name else ""
         at = f" [i={self.i}]" if self.i is not None else ""
-        what = "objective" if self.source < 0 else f"relation {self.source}"
+        what = {SCHEMA_SOURCE: "schema"}.get(self.source, "objective") if self.source < 0 else \
+            f"relation {self.source}"
         return f"{what}{name} ({self.relation.kind}){at}"
 
     @property
@@ -172,6 +188,8 @@ class Spec:
                 raise MalformedRelation("relations must be Relation objects", pointer=where, found=rel)
             relation_from_json(rel.to_json(), where)  # the JSON form's checks, for relations built in Python too
             self._instantiate(k, rel, where)
+        for where, items in self.compiled.unique:  # uniqueItems: an all_different the schema itself states
+            self._add_instance(SCHEMA_SOURCE, AllDifferent(items, name="uniqueItems"), where, None)
         self._level_terms: list[list[Term]] = []
         where = "#/x-factorspec/objective"
         for k, level in enumerate(levels):
@@ -480,7 +498,8 @@ class Spec:
         """Violations of the schema (jsonschema) and of each relation instance; empty when the record is valid."""
         import jsonschema
         problems = [f"schema: {e.message} at /{'/'.join(map(str, e.absolute_path))}"
-                    for e in jsonschema.Draft202012Validator(self.schema).iter_errors(record)]
+                    for e in jsonschema.validators.validator_for(self.schema, default=jsonschema.Draft202012Validator)(
+                        self.schema).iter_errors(record)]
         if problems:
             return problems
         values = {p: _get(record, p) for p in self.fields}

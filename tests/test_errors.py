@@ -170,8 +170,7 @@ SWEEP = [
     ("object", k, v) for k, v in [("propertyNames", {}), ("unevaluatedProperties", False), ("if", {}),
                                   ("then", {}), ("else", {}), ("not", {"properties": {"b": {"const": True}}})]
 ] + [
-    ("array", k, v) for k, v in [("contains", {}), ("minContains", 1), ("maxContains", 2),
-                                 ("uniqueItems", True), ("unevaluatedItems", False)]
+    ("array", k, v) for k, v in [("uniqueItems", True), ("unevaluatedItems", False)]
 ]
 #: Keywords that constrain nothing (JSON Schema's content annotations, a format JSON Schema does not define, OpenAPI
 #: and vendor keys, draft 4's ``id``, an unknown word): ignored and listed on ``spec.ignored`` (the keyword policy of
@@ -187,6 +186,8 @@ IGNORED = [
                                   ("esriDocumentation", {"a": 1})]
 ] + [
     ("boolean", k, v) for k, v in [("nullable", True), ("x-vendor", 1), ("enumNames", ["a"])]
+] + [
+    ("array", k, v) for k, v in [("minContains", 1), ("maxContains", 2), ("uniqueItems", False)]  # no contains
 ]
 _SWEEP_BASE = {"string": {"type": "string"}, "integer": {"type": "integer", "minimum": 0, "maximum": 3},
                "object": obj({"b": {"type": "boolean"}}), "array": {"type": "array", "items": {"type": "boolean"}},

@@ -111,6 +111,11 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "not-forbidden": {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 2},
                                                        "b": {"not": {}}}},
     "not-const": {"enum": [1, "a", None], "not": {"const": "a"}},
+    "contains": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9}, "contains": {"minimum": 5},
+                 "maxItems": 3},
+    "contains-twice": {"type": "array", "items": {"enum": [1, 2, 3, 5]}, "contains": {"enum": [2, 3]},
+                       "minContains": 2, "maxContains": 3, "maxItems": 3},
+    "contains-untyped": {"contains": {"const": 1}},
     "stray-keywords": {"type": "string", "minimum": 3, "items": {"type": "boolean"}, "maxLength": 1},
 }
 
@@ -132,6 +137,10 @@ def _narrowed(name: str, v: Any) -> bool:
         return True  # numbers that are not integers are not written; any value's objects are empty
     if name == "not-required" and isinstance(v, dict) and "a" in v:
         return True  # `not required [a, b]`: a is never written
+    if name in ("contains", "contains-twice") and isinstance(v, list) and v:
+        return True  # the matches come first: a valid array whose first items do not match is not written
+    if name == "contains-untyped" and (isinstance(v, dict) and v or isinstance(v, list) and v[:1] != [1]):
+        return True  # any value's objects are empty; the match comes first
     if name == "allOf-prefix" and not isinstance(v, list):
         return True  # an untyped schema with items compiles to arrays
     if name == "oneOf-optional-tags" and isinstance(v, dict) and v.get("t") != "a" and "v" in v:
@@ -254,6 +263,27 @@ def test_relations_read_the_fields_of_a_fixed_tuple() -> None:
     bad = dict(doc, **{"x-factorspec": {"relations": [{"kind": "compare", "left": "/2", "op": "<", "right": "/1"}]}})
     with pytest.raises(DeclarationError):
         fs.Spec.from_json(bad)
+
+
+def test_unique_items_is_an_all_different_relation() -> None:
+    """uniqueItems over a fixed-length array of finite values: the records the spec admits are exactly the ones
+    jsonschema finds valid (every tuple of the domain, brute force), and decoder walks keep the items apart."""
+    import itertools
+
+    from factorspec_cp.bench.walks import walk
+    from factorspec_cp.tokenmap import Vocabulary
+    schema = {"type": "array", "minItems": 3, "maxItems": 3, "uniqueItems": True,
+              "items": {"enum": [1, 2, "1", True]}}
+    spec = fs.Spec(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    for rec in itertools.product([1, 2, "1", True], repeat=3):  # 1, "1" and true are three values
+        assert (not spec.check_record(list(rec))) == validator.is_valid(list(rec)), rec
+    vocab, rng = Vocabulary.smollm2(), random.Random(2)
+    for _ in range(6):
+        out = walk(spec, vocab, "canonical", rng, rollback_p=0.1)
+        assert validator.is_valid(out["record"]), out["record"]
+    with pytest.raises(DeclarationError):  # three items, two values: no unique array
+        fs.Spec({**schema, "items": {"enum": ["a", "b"]}})
 
 
 def test_a_decoder_walks_a_union_to_valid_records() -> None:

@@ -18,7 +18,9 @@ class and by keyword/reason), *crashed* (any other exception: a bug, listed) or 
 - Random records: for every schema that compiles (both sources), a few records the layout could emit (random
   domain values, free strings from a random walk of the free slot's automaton, boundary and random free numbers)
   are validated by ``jsonschema`` under the schema's own draft (``$schema``; Draft 2020-12 by default, Draft 7 for
-  the draft7 suite). Any failure is a weakening.
+  the draft7 suite). Any failure is a weakening. Where the schema states a relation (``uniqueItems``: an
+  all_different the session enforces, not the layout), the acceptors evaluate it too, and drawn records that break
+  it are discarded and counted (``discarded_by_relations``).
 
 Results: ``<out>/coverage.json`` and ``<out>/coverage.md`` (summary), and ``<out>/coverage/*.jsonl`` (every crash,
 weakening, refusal and per-schema outcome). Progress goes to stderr.
@@ -496,6 +498,7 @@ class Tally:
     records: int = 0
     records_valid: int = 0
     records_skipped: int = 0
+    records_discarded: int = 0  # drawn by the layout but breaking a relation the schema states (uniqueItems)
     skip_reasons: Counter = field(default_factory=Counter)
     weakenings_random: list[dict[str, Any]] = field(default_factory=list)
     layout_rejects_generated: list[dict[str, Any]] = field(default_factory=list)
@@ -537,6 +540,7 @@ class Tally:
                 "disagreements": short(self.disagreements), "errors": short(self.check_errors)},
             "random_records": {
                 "generated": self.records, "valid": self.records_valid, "invalid": len(self.weakenings_random),
+                "discarded_by_relations": self.records_discarded,
                 "schemas_skipped": self.records_skipped, "skip_reasons": dict(self.skip_reasons.most_common(10)),
                 "layout_rejects_generated": len(self.layout_rejects_generated),
                 "tree_rejects_generated": len(self.tree_rejects_generated),
@@ -701,15 +705,28 @@ def process(item: Item, tally: Tally, *, samples: int = SAMPLES, seed: int = 0,
 
     if item.tests is not None:
         row["stage"] = "suite check"
-        _suite_check(item, tally, root, layout)
+        _suite_check(item, tally, root, layout, spec)
 
     if samples > 0:
         row["stage"] = "random records"
-        _random_check(item, tally, root, layout, samples, seed)
+        _random_check(item, tally, root, layout, samples, seed, spec)
     return row
 
 
-def _suite_check(item: Item, tally: Tally, root: Node, layout: Any) -> None:
+def relations_hold(spec: Spec, v: Any) -> bool:
+    """Whether ``v`` keeps the relations the schema itself states (``uniqueItems``: an all_different the session
+    enforces, not the layout); ``True`` where there are none."""
+    if not spec.instances:
+        return True
+    from ..spec import _get
+    try:
+        values = {p: _get(v, p) for p in spec.fields}
+        return all(inst.relation.check(values) for inst in spec.instances)
+    except (KeyError, IndexError, TypeError):
+        return False
+
+
+def _suite_check(item: Item, tally: Tally, root: Node, layout: Any, spec: Spec) -> None:
     for case in item.tests or []:
         tally.tests += 1
         data, valid = case["data"], bool(case["valid"])
@@ -721,6 +738,9 @@ def _suite_check(item: Item, tally: Tally, root: Node, layout: Any) -> None:
             tally.check_errors.append({**base, "error": f"{type(e).__name__}: {e}"[:300]})
             tree = None
         lay = layout_accepts(layout, data) if layout is not None else None
+        if not relations_hold(spec, data):
+            tree = tree and False
+            lay = lay and False
         if not valid:
             tally.invalid_tests += 1
             if tree:
@@ -739,7 +759,7 @@ def _suite_check(item: Item, tally: Tally, root: Node, layout: Any) -> None:
             tally.disagreements.append({**base, "tree": tree, "layout": lay})
 
 
-def _random_check(item: Item, tally: Tally, root: Node, layout: Any, samples: int, seed: int) -> None:
+def _random_check(item: Item, tally: Tally, root: Node, layout: Any, samples: int, seed: int, spec: Spec) -> None:
     gen = Generator(random.Random(_seed(seed, item.id)), layout)
     records = []
     try:
@@ -756,6 +776,9 @@ def _random_check(item: Item, tally: Tally, root: Node, layout: Any, samples: in
         tally.validator_errors.append({"dataset": tally.name, "id": item.id, "error": f"{type(e).__name__}: {e}"})
         return
     for rec in records:
+        if not relations_hold(spec, rec):  # the layout alone does not keep them: the session does
+            tally.records_discarded += 1
+            continue
         tally.records += 1
         try:
             errors = list(validator.iter_errors(rec))
