@@ -446,6 +446,17 @@ _HOST_LABEL = "[A-Za-z0-9](?:-?[A-Za-z0-9]){0,30}"
 _HOST = f"{_HOST_LABEL}(?:\\.{_HOST_LABEL}){{0,3}}"
 #: an RFC 3986 path character: unreserved, sub-delims, ':' and '@' (no percent-encoding: narrowed)
 _PCHAR = "[A-Za-z0-9._~!$&'()*+,;=:@-]"
+_URI = (f"[a-z][a-z0-9+.-]*://{_HOST}(?::[0-9]{{1,5}})?(?:/{_PCHAR}*)*(?:\\?(?:{_PCHAR}|[/?])*)?"
+        f"(?:#(?:{_PCHAR}|[/?])*)?")
+#: an IDNA 2008 label of ASCII letters and digits: lower case (upper-case letters are not PVALID)
+_IDN_LABEL = "[a-z0-9](?:-?[a-z0-9]){0,30}"
+#: an RFC 3339 (appendix A) duration, numbers of at most four digits
+_DN = "[0-9]{1,4}"
+_DURATION = (f"P(?:(?:{_DN}D|{_DN}M(?:{_DN}D)?|{_DN}Y(?:{_DN}M(?:{_DN}D)?)?)"
+             f"(?:T(?:{_DN}H(?:{_DN}M(?:{_DN}S)?)?|{_DN}M(?:{_DN}S)?|{_DN}S))?"
+             f"|T(?:{_DN}H(?:{_DN}M(?:{_DN}S)?)?|{_DN}M(?:{_DN}S)?|{_DN}S)|{_DN}W)")
+#: an RFC 6901 JSON Pointer
+_POINTER = "(?:/(?:[^/~]|~[01])*)*"
 #: ``format`` values enforced exactly, each as a full-match regular expression of the strings it admits: the
 #: format's own grammar, narrowed where noted (narrowing is allowed: every string admitted is valid). ``date``
 #: checks the calendar (no 2020-02-30; 29 February in leap years only) and starts at year 0001; ``time`` and
@@ -453,8 +464,13 @@ _PCHAR = "[A-Za-z0-9._~!$&'()*+,;=:@-]"
 #: dotted decimal without leading zeros; ``email`` is a dot-atom local part of letters, digits and ``_%+-`` at a
 #: domain of two or more labels; ``hostname`` is narrowed as :data:`_HOST` says; ``ipv6`` is the full form of eight
 #: groups in lower-case hex (no ``::``); ``uri`` is ``scheme://host[:port]`` with a path, query and fragment of
-#: characters RFC 3986 allows there unencoded (no percent-encoding, no user info). Other formats JSON Schema
-#: defines are refused.
+#: characters RFC 3986 allows there unencoded (no percent-encoding, no user info); ``uri-reference``, ``iri`` and
+#: ``iri-reference`` are that ``uri``; ``idn-email`` is ``email``; ``idn-hostname`` is ``hostname`` in lower case;
+#: ``duration`` is RFC 3339's grammar with numbers of at most four digits; ``json-pointer`` is RFC 6901's and
+#: ``relative-json-pointer`` a non-negative integer (``0``, or up to nine digits without a zero: jsonschema's
+#: checker refuses a zero after a digit) before ``#`` or a non-empty JSON Pointer;
+#: ``uri-template`` is literal characters only (no expressions, no percent-encoding); ``regex`` is letters, digits,
+#: space, ``_`` and ``-`` (a regular expression that matches itself).
 FORMATS: dict[str, str] = {
     "date": _DATE,
     "time": _TIME,
@@ -464,8 +480,18 @@ FORMATS: dict[str, str] = {
     "email": f"[A-Za-z0-9_%+-]+(?:\\.[A-Za-z0-9_%+-]+)*@{_LABEL}(?:\\.{_LABEL})+",
     "hostname": _HOST,
     "ipv6": "[0-9a-f]{1,4}(?::[0-9a-f]{1,4}){7}",
-    "uri": f"[a-z][a-z0-9+.-]*://{_HOST}(?::[0-9]{{1,5}})?(?:/{_PCHAR}*)*(?:\\?(?:{_PCHAR}|[/?])*)?"
-           f"(?:#(?:{_PCHAR}|[/?])*)?",
+    "uri": _URI,
+    # narrowed to the forms above: each is one of the wider format
+    "uri-reference": _URI,
+    "iri": _URI,
+    "iri-reference": _URI,
+    "idn-email": f"[A-Za-z0-9_%+-]+(?:\\.[A-Za-z0-9_%+-]+)*@{_LABEL}(?:\\.{_LABEL})+",
+    "idn-hostname": f"{_IDN_LABEL}(?:\\.{_IDN_LABEL}){{0,3}}",
+    "duration": _DURATION,
+    "json-pointer": _POINTER,
+    "relative-json-pointer": "(?:0|[1-9]{1,9})(?:#|(?:/(?:[^/~]|~[01])*)+)",
+    "uri-template": "[A-Za-z0-9._~:/?#@!$&()*+,;=-]*",
+    "regex": "[A-Za-z0-9 _-]*",
 }
 
 
