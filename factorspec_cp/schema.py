@@ -8,7 +8,8 @@ allowed, weakening is not. The narrowings: a record we emit carries only declare
 ``dependentRequired`` / ``dependentSchemas`` promote, leave out or meet properties; any value (an untyped schema)
 has empty objects and arrays at most :data:`ANY_DEPTH` deep; a ``oneOf`` branch may drop or require an optional
 property so that it excludes its siblings; parts no value satisfies (:class:`EmptySchema`) are left out where
-optional.
+optional; a recursive ``$ref`` nests at most :data:`REF_DEPTH` deep; ``contains`` writes its matches first; ``not``
+over a required name leaves that name out.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ ASSERTIONS = frozenset(
      "prefixItems", "additionalItems", "unevaluatedItems", "contains", "allOf", "anyOf", "oneOf", "not", "if",
      "then", "else", "$ref", "$dynamicRef", "$recursiveRef", "$recursiveAnchor", "format"}
 )
-#: The ``format`` names JSON Schema defines: each constrains strings (none is enforced yet, so each is refused).
+#: The ``format`` names JSON Schema defines: each constrains strings (each is enforced: ``freeslot.FORMATS``).
 #: A ``format`` naming anything else constrains nothing (an annotation) and is ignored like one.
 KNOWN_FORMATS = frozenset(
     {"date-time", "date", "time", "duration", "email", "idn-email", "hostname", "idn-hostname", "ipv4", "ipv6",
