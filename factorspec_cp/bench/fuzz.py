@@ -187,6 +187,12 @@ class Gen:
                 s["prefixItems"] = [self.schema(depth + 1, path + "/0")]
             if self.maybe(0.05):
                 s["contains"] = self.schema(depth + 1, path + "/c")
+                if self.maybe(0.5):
+                    s[rng.choice(["minContains", "maxContains"])] = self.count()
+            if self.maybe(0.04):  # draft 7's tuple form
+                s["items"] = [self.schema(depth + 1, path + f"/{k}") for k in range(rng.randint(0, 3))]
+                if self.maybe(0.5):
+                    s["additionalItems"] = rng.choice([False, True, {"type": "boolean"}, self.wrong()])
             self.arrays.append(path)
         elif kind == "object":
             s = self.object(depth + 1, path)
@@ -197,7 +203,10 @@ class Gen:
             s = {"allOf": [self.schema(depth + 1, path) for _ in range(rng.randint(0, 2))]}
         elif kind == "ref":
             s = {"$ref": rng.choice(["#/$defs/d", "#/$defs/loop", "#/definitions/d", "#", "#/$defs/none",
-                                     "other.json#/x", "#/properties/v", "#%2Fbad"])}
+                                     "other.json#/x", "#/properties/v", "#%2Fbad", "#anchor", "urn:fuzz:d",
+                                     "urn:fuzz:d#/minimum", "#/$defs/d/enum/0", "#/$defs/loop/properties/next"])}
+            if self.maybe(0.2):  # a keyword beside it (asserted from 2019-09 on)
+                s[rng.choice(["minimum", "maxLength", "type", "title", "enum"])] = self.value()
         elif kind == "untyped":
             s = {} if self.maybe(0.5) else {rng.choice(KEYWORDS): self.value()}
         elif kind == "types":
@@ -250,8 +259,14 @@ class Gen:
             return doc
         doc = self.object(0, "")
         if self.maybe(0.2):
+            anchored = self.schema(2, "/a")
+            if isinstance(anchored, dict):
+                anchored = {"$anchor": self.rng.choice(["anchor", "other", 5]), **anchored}
             doc["$defs"] = {"d": self.schema(2, "/d"),
-                            "loop": {"type": "object", "properties": {"next": {"$ref": "#/$defs/loop"}}}}
+                            "loop": {"type": "object", "properties": {"next": {"$ref": "#/$defs/loop"}}},
+                            "a": anchored,
+                            "u": {"$id": self.rng.choice(["urn:fuzz:d", "http://x/y.json", "#frag", None]),
+                                  "enum": [1]}}
         if self.paths or self.maybe(0.3):
             doc["x-factorspec"] = self.extras()
         return doc
