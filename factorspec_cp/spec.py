@@ -389,11 +389,11 @@ class Spec:
 
     def _add_instance(self, source: int, rel: Relation, where: str, i: int | None) -> None:
         rel.validate(self.fields, where)
-        for t in _tables(rel):
+        for t, inside in _tables(rel):
             budget = self.table_budget or DEFAULT_TABLE_BUDGET
             if len(t.rows) > budget:
                 raise TableBudgetExceeded(f"table has {len(t.rows)} rows, over the table_budget of {budget}",
-                                          pointer=where, found=len(t.rows),
+                                          pointer=where + inside, found=len(t.rows),
                                           hint='raise "table_budget" in x-factorspec, or express the table as '
                                                "linear/implies relations")
         scope = list(dict.fromkeys(rel.paths()))
@@ -518,14 +518,15 @@ class Spec:
         return spec_html(self)
 
 
-def _tables(rel: Relation) -> Iterator[Table]:
+def _tables(rel: Relation, at: str = "") -> Iterator[tuple[Table, str]]:
+    """Every table in ``rel`` (under ``implies`` / ``any`` too), with its JSON Pointer inside the relation."""
     if isinstance(rel, Table):
-        yield rel
+        yield rel, at
     elif isinstance(rel, Implies):
-        yield from _tables(rel.then)
+        yield from _tables(rel.then, f"{at}/then")
     elif isinstance(rel, Any_):
-        for r in rel.relations:
-            yield from _tables(r)
+        for k, r in enumerate(rel.relations):
+            yield from _tables(r, f"{at}/relations/{k}")
 
 
 def _locate(doc: Any, target: str, at: str = "") -> str:
