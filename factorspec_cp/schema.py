@@ -874,8 +874,8 @@ class _Compiler:
                                      for i in range(len(heads), hi)]
         if schema.get("uniqueItems") is True and not (hi is not None and hi <= 1):
             self._unique(elements, lo, hi, conditional, where)
-        elif "uniqueItems" in schema and schema["uniqueItems"] is not True:
-            self._ignore(where, "uniqueItems", schema["uniqueItems"])  # false (or not a boolean): no constraint
+        elif schema.get("uniqueItems") is False:
+            self._ignore(where, "uniqueItems", False)  # no constraint
         return ArrayNode(pointer, template, lo, hi, elements, heads[:hi] if hi is not None else heads)
 
     def _unique(self, elements: list[Node], lo: int, hi: int | None, conditional: bool, where: str) -> None:
@@ -1381,6 +1381,9 @@ def _check_keyword_types(schema: dict[str, Any], where: str) -> None:
             if v > MAX_COUNT:
                 raise UnsupportedKeyword(f"{key} above {MAX_COUNT:,} is not supported", pointer=f"{where}/{key}",
                                          found=v, hint="leave it out: no string or array that long is written")
+    if "uniqueItems" in schema and not isinstance(schema["uniqueItems"], bool):
+        raise DeclarationError("uniqueItems must be a boolean", pointer=f"{where}/uniqueItems",
+                               found=schema["uniqueItems"])
     for key in _STRING_KEYWORDS:
         if key in schema and not isinstance(schema[key], str):
             raise DeclarationError(f"{key} must be a string", pointer=f"{where}/{key}", found=schema[key])

@@ -497,9 +497,12 @@ class Spec:
     def check_record(self, record: Any) -> list[str]:
         """Violations of the schema (jsonschema) and of each relation instance; empty when the record is valid."""
         import jsonschema
-        problems = [f"schema: {e.message} at /{'/'.join(map(str, e.absolute_path))}"
-                    for e in jsonschema.validators.validator_for(self.schema, default=jsonschema.Draft202012Validator)(
-                        self.schema).iter_errors(record)]
+        try:  # under the schema's own draft (draft 7's list-valued items, $ref beside keywords ignored)
+            cls = jsonschema.validators.validator_for(self.schema, default=jsonschema.Draft202012Validator)
+            errors = list(cls(self.schema).iter_errors(record))
+        except (AttributeError, TypeError):  # a schema its own draft cannot read (draft 4 with "id": []): as 2020-12
+            errors = list(jsonschema.Draft202012Validator(self.schema).iter_errors(record))
+        problems = [f"schema: {e.message} at /{'/'.join(map(str, e.absolute_path))}" for e in errors]
         if problems:
             return problems
         values = {p: _get(record, p) for p in self.fields}

@@ -240,3 +240,19 @@ def test_cases_the_long_run_found(doc: dict, at: str, vocab: Vocabulary) -> None
     with pytest.raises(DeclarationError) as e:
         Layout(Spec.from_json(doc))
     assert e.value.pointer == at
+
+
+def test_unique_items_of_the_wrong_type_is_refused_not_read_as_false() -> None:
+    """``"uniqueItems": 1`` (jsonschema reads it as true) was ignored as if false: a record of equal items came out."""
+    doc = {"type": "object", "required": ["v"], "properties": {"v": {
+        "type": "array", "items": {"const": 43}, "minItems": 5, "maxItems": 5, "uniqueItems": 1}}}
+    with pytest.raises(DeclarationError) as info:
+        Spec.from_json(doc)
+    assert info.value.pointer == "#/properties/v/uniqueItems"
+
+
+def test_check_record_reads_a_schema_its_own_draft_cannot() -> None:
+    """A draft-4 schema with a malformed ``id`` crashed jsonschema's draft-4 validator inside check_record."""
+    spec = Spec.from_json({"$schema": "http://json-schema.org/draft-04/schema#", "type": "integer", "minimum": 1,
+                           "maximum": 53, "id": [1]})
+    assert spec.check_record(7) == [] and spec.check_record(99) != []
