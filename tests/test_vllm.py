@@ -98,7 +98,7 @@ def test_bad_declarations_are_refused_with_400_and_the_server_keeps_serving(serv
         doc["x-factorspec"]["relations"].append(
             {"kind": "linear", "terms": [[1, "/plan/0/first_day"]], "op": ">", "rhs": 1000})
     elif case == "unsupported-keyword":
-        item["properties"]["city"]["not"] = {"const": "Nowhere"}
+        item["properties"]["city"]["if"] = {"const": "Nowhere"}  # if/then/else: refused, never dropped
     elif case == "malformed":
         doc["x-factorspec"] = "relations please"
     else:
