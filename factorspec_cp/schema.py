@@ -327,14 +327,14 @@ class _References:
         else:
             raise DeclarationError(f"the declaration's identifiers do not resolve: {error}", pointer="#",
                                    hint="$id and $anchor must be strings, URIs and plain names") from None
-        stack2: list[tuple[Any, str]] = [(self.doc, "#")]
-        while stack2:  # where each part of the document is (for errors)
-            v, at = stack2.pop()
+        parts: list[tuple[Any, str]] = [(self.doc, "#")]
+        while parts:  # where each part of the document is (for errors)
+            v, at = parts.pop()
             if isinstance(v, dict):
                 self._where.setdefault(id(v), at)
-                stack2.extend((x, f"{at}/{escape(k)}") for k, x in v.items())
+                parts.extend((x, f"{at}/{escape(k)}") for k, x in v.items())
             elif isinstance(v, list):
-                stack2.extend((x, f"{at}/{k}") for k, x in enumerate(v))
+                parts.extend((x, f"{at}/{k}") for k, x in enumerate(v))
 
     def _walk(self, spec: Any) -> None:
         """The registry of the document's resources under ``spec``, and the resolver in scope at each schema."""

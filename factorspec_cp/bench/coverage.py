@@ -738,9 +738,9 @@ def _suite_check(item: Item, tally: Tally, root: Node, layout: Any, spec: Spec) 
             tally.check_errors.append({**base, "error": f"{type(e).__name__}: {e}"[:300]})
             tree = None
         lay = layout_accepts(layout, data) if layout is not None else None
-        if not relations_hold(spec, data):
-            tree = tree and False
-            lay = lay and False
+        if not relations_hold(spec, data):  # neither accepts it (an acceptor that could not judge stays None)
+            tree = None if tree is None else False
+            lay = None if lay is None else False
         if not valid:
             tally.invalid_tests += 1
             if tree:
