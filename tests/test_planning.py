@@ -153,3 +153,46 @@ def test_prime_changes_no_mask_and_no_plan(vocab, name):
     assert a.is_terminated() == b.is_terminated()
     if a.is_terminated():
         assert a.record() == b.record()
+
+
+# choice tables: per-value token lists, shared by declarations with one schema, against the token-index walk
+def _choice_specs() -> dict[str, list[Spec]]:
+    from factorspec_cp.workloads import calendar
+    cals = [calendar.declaration(calendar.problem(ex)) for ex, _ in zip(calendar.examples(), range(3))]
+    enums = {"type": "object", "required": ["a", "b", "c"], "properties": {
+        "a": {"enum": [1, 12, 120, "1", None, True]}, "b": {"enum": ["x", "xy", "x\"y", "é"]},
+        "c": {"type": "array", "minItems": 1, "maxItems": 2, "items": {"enum": [[1, 2], {"k": 1}, 3]}}}}
+    rel = {"relations": [{"kind": "implies", "if": [{"field": "/a", "op": "==", "value": 12}],
+                          "then": {"kind": "table", "fields": ["/b"], "rows": [["xy"]]}}]}
+    return {"calendar": cals, "trip": [SPECS["trip"], trip.declaration(_TRIP)],
+            "enums": [Spec.from_json(enums), Spec.from_json({**enums, "x-factorspec": rel})]}
+
+
+CHOICE_SPECS = _choice_specs()
+
+
+@pytest.mark.parametrize("vocab_name", ["smollm2", "qwen3", "llama3"])
+@pytest.mark.parametrize("name", sorted(CHOICE_SPECS))
+def test_choice_table_rows_equal_the_walk(vocab_name, name):
+    """At every position of random exact-mode token walks, the mask row built from the state's choice table (where
+    one applies) equals the walk of the token index over the same state, the assignment and the solver; the
+    declarations of one group share one schema with different relations, so they share the tables, and those must
+    not carry one declaration's relations into another's masks."""
+    from factorspec_cp.tokenmap.decoder import _pack
+    v = getattr(Vocabulary, vocab_name)()
+    used = 0
+    for k, spec in enumerate(CHOICE_SPECS[name]):
+        rng = random.Random(f"{name}/{vocab_name}/{k}")
+        for _ in range(3):
+            dec = spec.decoder(v, mode="exact")
+            while not dec.is_terminated():
+                st = dec._frames[-1].state
+                row = None if dec.layout.free_string(st) else dec._choice_row(st)
+                if row is not None:
+                    used += 1
+                    assert np.array_equal(row, _pack(dec._exact_ids(st), v.size)), dec.output()
+                ids = dec.allowed_tokens()
+                dec.consume(int(ids[rng.randrange(len(ids))]))
+    assert used >= 6  # the tables answered at some positions of each group
+    if name != "enums":
+        assert len(CHOICE_SPECS[name][0].decoder(v)._c.choices) > 0

@@ -13,8 +13,12 @@ whose bytes it reaches. A token that completes a field value and runs on into th
 that slot's admissible set *given* the value (a nested solver query). Inside a free string the walk would visit
 most of the vocabulary, so there the mask is a lookup in token tables per automaton state (:mod:`.strings`, built
 once per automaton and vocabulary, kept on disk); tokens that close the string are grouped by what follows the
-closing quote and checked once per group. Exact masks are cached per (layout state, solver assignment), shared by
-every decoder of the same declaration, vocabulary and style.
+closing quote and checked once per group. Before or inside one finite field slot that every record goes through
+(a calendar's ``"start": "``), the mask is a union of per-value token lists instead (:class:`ChoiceTable`: the
+tokens inside each value's bytes and the fixed bytes every record with it writes next; tokens running further are
+checked under the solver), built from the layout alone and shared by every declaration with the same schema text.
+Exact masks are cached per (layout state, solver assignment), shared by every decoder of the same declaration,
+vocabulary and style.
 
 >>> import factorspec_cp as fs
 >>> from factorspec_cp.tokenmap import Vocabulary
@@ -45,6 +49,7 @@ every decoder of the same declaration, vocabulary and style.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from bisect import bisect_left
 from collections import OrderedDict
@@ -55,7 +60,7 @@ import numpy as np
 
 from ..schema import jkey
 from .freeslot import StringSlot
-from .layout import Layout, State
+from .layout import EnumSlot, Layout, State
 from .strings import Closing, StringMasks
 from .stringtables import vocabulary_key
 from .vocab import Vocabulary
@@ -107,6 +112,26 @@ class TokenIndex:
         self.size = vocab.size
         self.lengths = np.array([len(t) for t in self.toks], dtype=np.int32)
         self._next: dict[tuple[int, int, int], frozenset[int]] = {}
+        by_bytes = {t: (i,) for t, i in reversed(pairs)}  # the ids of the content tokens spelling each byte string
+        for k in range(1, len(pairs)):  # a spelling of several ids (rare): sorted by (bytes, id), they are neighbours
+            if pairs[k][0] == pairs[k - 1][0]:
+                by_bytes[pairs[k][0]] += (pairs[k][1],)
+        self.by_bytes = by_bytes
+        self._choices: OrderedDict[Any, OrderedDict[State, ChoiceTable | None]] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def choice_tables(self, layout_key: Any) -> OrderedDict[State, ChoiceTable | None]:
+        """The choice tables of one layout (a schema's text and style) over this vocabulary, shared by every
+        declaration with that layout: a table depends on the layout and the tokens, not on relations."""
+        with self.lock:
+            tables = self._choices.get(layout_key)
+            if tables is None:
+                tables = self._choices[layout_key] = OrderedDict()
+                if len(self._choices) > 256:
+                    self._choices.popitem(last=False)
+            else:
+                self._choices.move_to_end(layout_key)
+            return tables
 
     @classmethod
     def of(cls, vocab: Vocabulary) -> TokenIndex:
@@ -154,6 +179,84 @@ class TokenIndex:
         return b - a > (1 if a < b and self.toks[a] == text else 0)
 
 
+# ------------------------------------------------------------------------------------------------- choice tables
+#: the most candidate values a choice table holds (above it, the walk of the token index)
+CHOICE_MAX = 256
+
+
+@dataclass(frozen=True)
+class ChoiceTable:
+    """The tokens admitted at a state before or inside one finite field slot, per candidate value: where every
+    record writes fixed bytes and then the slot's value, a token is admitted exactly when an admissible value's
+    bytes (those fixed bytes, the rest of its rendering, and what every record with that value writes next) start
+    with it, or when it runs further and a check of its bytes under the solver says so. Built once per (layout,
+    state, vocabulary) from the layout alone; a mask there is the union of the admissible values' ids.
+
+    ``keys`` maps ``jkey(value)`` to its index ``k``; ``ids[k]`` are the token ids admitted whenever value ``k`` is
+    admissible; ``checks`` holds ``(k, id, bytes)`` for the tokens that run past what every record with value ``k``
+    writes next (into another choice); ``may_finish``: whether the record may end at the state at all."""
+
+    pointer: str
+    field: Any
+    matcher: Any
+    keys: dict[Any, int]
+    ids: tuple[np.ndarray, ...]
+    everyone: np.ndarray
+    checks: tuple[tuple[int, int, bytes], ...]
+    may_finish: bool
+
+
+def build_choice_table(layout: Layout, index: TokenIndex, state: State) -> ChoiceTable | None:
+    """The :class:`ChoiceTable` at ``state``, or ``None`` where :meth:`Layout.value_choice` finds no single finite
+    slot ahead or its candidates are more than :data:`CHOICE_MAX`."""
+    got = layout.value_choice(state)
+    if got is None:
+        return None
+    pointer, fld, m, before, sub = got
+    lo, hi = m._span(sub)
+    if not lo < hi or hi - lo > CHOICE_MAX or len(m.renders[lo]) == len(sub) and not before:
+        return None  # nothing to choose, too many, or a value typed whole that may go on (1 of 1..15): the walk
+    toks, tids, by_bytes = index.toks, index.ids, index.by_bytes
+    keys: dict[Any, int] = {}
+    ids: list[np.ndarray] = []
+    checks: list[tuple[int, int, bytes]] = []
+    for k, r in enumerate(m.renders[lo:hi]):
+        v = m.by_render[r]
+        keys[jkey(v)] = k
+        s = before + r[len(sub):]
+        found = [i for j in range(1, len(s) + 1) for i in by_bytes.get(s[:j], ())]  # the tokens inside s
+        a, z = index.span(s)
+        while a < z and toks[a] == s:
+            a += 1
+        if a < z:  # tokens running past the value: judged by what every record with it writes next
+            only = layout.filter(lambda p, v=v: [v] if p == pointer else None)
+            after = layout.advance(state, s, admissible=only)
+            nexts = _forced(layout, after, only, int(index.lengths[a:z].max()) - len(s))
+            for i in range(a, z):
+                x = toks[i][len(s):]
+                if nexts.startswith(x):
+                    found.append(int(tids[i]))
+                elif after is not None and layout.advance(after, x, admissible=only) is not None:
+                    checks.append((k, int(tids[i]), toks[i]))
+        ids.append(np.array(sorted(set(found)), dtype=np.int64))
+    everyone = np.array(sorted({i for a in ids for i in a.tolist()}), dtype=np.int64)
+    return ChoiceTable(pointer, fld, m, keys, tuple(ids), everyone, tuple(checks), layout.finish(state) is not None)
+
+
+def _forced(layout: Layout, st: State | None, only: Any, limit: int) -> bytes:
+    """The bytes every record writes from ``st`` on (under the filter ``only``), at most ``limit``: fixed syntax,
+    and a value the layout leaves one of, which every record at ``st`` writes whatever the solver says."""
+    out = bytearray()
+    while st is not None and len(out) < limit:
+        nxt = layout.allowed_next_bytes(st, admissible=only)
+        if len(nxt) != 1:
+            break
+        (b,) = nxt
+        st = layout.advance(st, bytes((b,)), admissible=only)
+        out.append(b)
+    return bytes(out)
+
+
 # ------------------------------------------------------------------------------------------------------ compiled
 class _Compiled:
     """What every decoder of one (declaration, vocabulary, style) shares: the layout, the token index, the free
@@ -171,6 +274,11 @@ class _Compiled:
         self.plans: OrderedDict[Any, tuple[_Step, ...]] = OrderedDict()
         self.suffixes: OrderedDict[Any, bool] = OrderedDict()
         self.tails: OrderedDict[Any, bytes | None] = OrderedDict()  # _fixed_tail by a free string's place
+        try:  # the layout is a function of the schema's text (property order included) and the style
+            layout_key: Any = (json.dumps(spec.schema), indent)
+        except (TypeError, ValueError):
+            layout_key = ("declaration", id(self))
+        self.choices = self.index.choice_tables(layout_key)
 
     def string_masks(self, slot: StringSlot) -> StringMasks:
         """The masks inside one free string slot (token tables shared per automaton and vocabulary, on disk)."""
@@ -483,6 +591,9 @@ class Decoder:
             self._c.masks.move_to_end(key)
             self.stats.mask_hits += 1
             return row
+        row = self._choice_row(frame.state)
+        if row is not None:
+            return _remember(self._c.masks, key, row, 2048)
         opening = self._opening(frame.state)
         if opening is not None:  # fixed bytes, a free string, fixed bytes to the end: the same row everywhere
             tables, okey = opening
@@ -494,6 +605,40 @@ class Decoder:
             return _remember(self._c.masks, key, row, 2048)
         row = _pack(self._exact_ids(frame.state), self.vocab.size)
         return _remember(self._c.masks, key, row, 2048)
+
+    def _choice_row(self, state: State) -> np.ndarray | None:
+        """The mask row at ``state`` from its :class:`ChoiceTable` (the union of the admissible values' tokens, and
+        the tokens running into what follows checked under the solver), or ``None`` where no table applies (a wide
+        field, asked piecewise, goes to the walk)."""
+        tables = self._c.choices
+        table = tables.get(state, _NONE)
+        if table is _NONE:
+            table = build_choice_table(self.layout, self._c.index, state)
+            with self._c.index.lock:
+                _remember(tables, state, table, 4096)
+        if table is None:
+            return None
+        f = self._admissible()
+        allowed = f.get(table.pointer, table.field, table.matcher)
+        if allowed is None:
+            ks = None  # a pointer the session does not know: every candidate
+            ids = table.everyone
+        elif isinstance(allowed, EnumSlot):
+            keys = table.keys
+            ks = {k for k in (keys.get(jkey(v)) for v in allowed.domain) if k is not None}
+            if len(ks) == len(keys):
+                ids = table.everyone
+            else:
+                ids = np.concatenate([table.ids[k] for k in sorted(ks)]) if ks else np.zeros(0, np.int64)
+        else:
+            return None
+        extra = [tid for k, tid, data in table.checks
+                 if (ks is None or k in ks) and self._suffix_ok(state, data, (), f)]
+        if extra:
+            ids = np.concatenate([ids, np.array(extra, dtype=np.int64)])
+        if table.may_finish and self.layout.finish(state, admissible=f) is not None:
+            ids = np.concatenate([ids, self._c.eos])
+        return _pack(ids, self.vocab.size)
 
     def _opening(self, st: State, limit: int = 16) -> tuple[Any, Any] | None:
         """Where ``st`` is a few fixed bytes before a free string that only fixed bytes follow to the record's end

@@ -815,6 +815,30 @@ class Layout:
             return None
         return rest, lambda k: State(frozenset({((pc, ctr, sub + rest[:k]), pending)}))
 
+    def value_choice(self, state: State) -> tuple[str, Field, EnumSlot, bytes, bytes] | None:
+        """Where every record at ``state`` writes some fixed bytes (maybe none) and then the value of one finite
+        field slot, or ``state`` is inside such a slot: the slot's pointer, field and matcher, the fixed bytes before
+        it and the bytes of its value typed so far. ``None`` elsewhere (several threads, a branch before the slot, a
+        free slot, an integer range). The decoder's choice tables (:class:`~.decoder.ChoiceTable`) are built on it:
+        there the tokens admitted are decided by the slot's admissible values alone."""
+        if len(state.threads) != 1:
+            return None
+        ((pc, ctr, sub), _), = state.threads
+        before = b""
+        for _ in range(64):
+            ins = self._code[pc]
+            if ins[0] == LIT:
+                before += ins[1][sub:]
+                nxt = self._closure(pc + 1, ctr)
+                if len(nxt) != 1:
+                    return None
+                pc, ctr, sub = nxt[0]
+            elif ins[0] == FIELD and type(ins[2]) is EnumSlot:
+                return self._pointer(ins[1], ctr), ins[3], ins[2], before, sub
+            else:
+                return None
+        return None
+
     def start(self) -> State:
         """The state before the first byte."""
         return self._start
