@@ -613,10 +613,13 @@ class Decoder:
         tables = self._c.choices
         table = tables.get(state, _NONE)
         if table is _NONE:
+            got = self.layout.value_choice(state)
+            if got is not None and got[0] in self._fields and self.session.wide(got[0]):
+                return None  # asked piecewise, never listed: not built (another declaration may list it)
             table = build_choice_table(self.layout, self._c.index, state)
             with self._c.index.lock:
                 _remember(tables, state, table, 4096)
-        if table is None:
+        if table is None or table.pointer in self._fields and self.session.wide(table.pointer):
             return None
         f = self._admissible()
         allowed = f.get(table.pointer, table.field, table.matcher)
