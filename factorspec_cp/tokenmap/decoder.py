@@ -206,13 +206,11 @@ class ChoiceTable:
     may_finish: bool
 
 
-def build_choice_table(layout: Layout, index: TokenIndex, state: State) -> ChoiceTable | None:
-    """The :class:`ChoiceTable` at ``state``, or ``None`` where :meth:`Layout.value_choice` finds no single finite
-    slot ahead or its candidates are more than :data:`CHOICE_MAX`."""
-    got = layout.value_choice(state)
-    if got is None:
-        return None
-    pointer, fld, m, before, sub = got
+def build_choice_table(layout: Layout, index: TokenIndex, state: State,
+                       choice: tuple[str, Any, EnumSlot, bytes, bytes]) -> ChoiceTable | None:
+    """The :class:`ChoiceTable` at ``state``, where :meth:`Layout.value_choice` found ``choice``; ``None`` where its
+    candidates are more than :data:`CHOICE_MAX` or a value typed whole may go on."""
+    pointer, fld, m, before, sub = choice
     lo, hi = m._span(sub)
     if not lo < hi or hi - lo > CHOICE_MAX or len(m.renders[lo]) == len(sub) and not before:
         return None  # nothing to choose, too many, or a value typed whole that may go on (1 of 1..15): the walk
@@ -231,7 +229,8 @@ def build_choice_table(layout: Layout, index: TokenIndex, state: State) -> Choic
         if a < z:  # tokens running past the value: judged by what every record with it writes next
             only = layout.filter(lambda p, v=v: [v] if p == pointer else None)
             after = layout.advance(state, s, admissible=only)
-            nexts = _forced(layout, after, only, int(index.lengths[a:z].max()) - len(s))
+            limit = int(index.lengths[a:z].max()) - len(s)
+            nexts = b"" if after is None else layout.forced(after, admissible=only, limit=limit)
             for i in range(a, z):
                 x = toks[i][len(s):]
                 if nexts.startswith(x):
@@ -241,20 +240,6 @@ def build_choice_table(layout: Layout, index: TokenIndex, state: State) -> Choic
         ids.append(np.array(sorted(set(found)), dtype=np.int64))
     everyone = np.array(sorted({i for a in ids for i in a.tolist()}), dtype=np.int64)
     return ChoiceTable(pointer, fld, m, keys, tuple(ids), everyone, tuple(checks), layout.finish(state) is not None)
-
-
-def _forced(layout: Layout, st: State | None, only: Any, limit: int) -> bytes:
-    """The bytes every record writes from ``st`` on (under the filter ``only``), at most ``limit``: fixed syntax,
-    and a value the layout leaves one of, which every record at ``st`` writes whatever the solver says."""
-    out = bytearray()
-    while st is not None and len(out) < limit:
-        nxt = layout.allowed_next_bytes(st, admissible=only)
-        if len(nxt) != 1:
-            break
-        (b,) = nxt
-        st = layout.advance(st, bytes((b,)), admissible=only)
-        out.append(b)
-    return bytes(out)
 
 
 # ------------------------------------------------------------------------------------------------------ compiled
@@ -613,10 +598,10 @@ class Decoder:
         tables = self._c.choices
         table = tables.get(state, _NONE)
         if table is _NONE:
-            got = self.layout.value_choice(state)
-            if got is not None and got[0] in self._fields and self.session.wide(got[0]):
+            choice = self.layout.value_choice(state)
+            if choice is not None and choice[0] in self._fields and self.session.wide(choice[0]):
                 return None  # asked piecewise, never listed: not built (another declaration may list it)
-            table = build_choice_table(self.layout, self._c.index, state)
+            table = None if choice is None else build_choice_table(self.layout, self._c.index, state, choice)
             with self._c.index.lock:
                 _remember(tables, state, table, 4096)
         if table is None or table.pointer in self._fields and self.session.wide(table.pointer):
