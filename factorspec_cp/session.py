@@ -188,9 +188,15 @@ class Session:
     def _state(self, fixed: dict[str, int] | None = None) -> tuple[State, dict[str, int]]:
         """The state under ``fixed`` (default: the current assignment), solved once for satisfiability unless an
         extended assignment's witness or refutation already decides it."""
-        fixed = self._fixed() if fixed is None else fixed
-        key = tuple(sorted(fixed.items()))
-        st = self._states.get(key)
+        if fixed is None:  # the current assignment: its key is kept between changes
+            key = self.fixed_key()
+            st = self._states.get(key)
+            if st is not None and st.sat is not None:
+                return st, st.fixed
+            fixed = self._fixed()
+        else:
+            key = tuple(sorted(fixed.items()))
+            st = self._states.get(key)
         if st is None:
             st = self._states[key] = self._derive(fixed)
         if st.sat is None:
@@ -254,19 +260,48 @@ class Session:
             return [self._assigned[path]]
         if path not in self._scope:
             return list(f.values)
+        known = self._complete(st, path)
+        return [f.values[k] for k in known.known_indices()]
+
+    def admissible_mask(self, path: str) -> bytes:
+        """What :meth:`admissible` lists, as one byte per domain value: ``m[k] == 1`` exactly where the ``k``-th
+        value is admissible. Equal masks mean equal admissible sets, so a decoder keys its rows on them.
+
+        >>> import factorspec_cp as fs
+        >>> spec = fs.Spec({"type": "object", "required": ["x"], "properties": {
+        ...     "x": {"type": "integer", "minimum": 0, "maximum": 3}}}, [fs.Compare("/x", ">=", 2)])
+        >>> spec.session().admissible_mask("/x")
+        b'\\x00\\x00\\x01\\x01'
+        """
+        f = self._field(path)
+        st, _ = self._state()
+        if not st.sat:
+            return bytes(f.size)
+        if path in self._assigned:
+            out = bytearray(f.size)
+            out[f.index(self._assigned[path])] = 1
+            return bytes(out)
+        if path not in self._scope:
+            return b"\x01" * f.size
+        return self._complete(st, path).mask()
+
+    def _complete(self, st: State, path: str) -> Known:
+        """What ``st`` knows of ``path`` (in scope, not assigned), every value witnessed or refuted: one solve per
+        admissible value no witness has shown, plus one that refutes the rest (fewer where the time budget ends
+        it: then only the witnessed values are known to be admissible)."""
         known = self._known(st, path)
-        n, status = len(f.values), known.status
+        n, status = known.size, known.status
         while not known.complete:
             if n <= self.wide_domain:  # a short list of what is known: the cheaper question for a narrow field
-                w = self._solve(self._backend, fixed, excluded={path: [k for k in range(n) if status[k]]})
+                w = self._solve(self._backend, st.fixed, excluded={path: [k for k in range(n) if status[k]]})
             else:
-                w = self._solve(self._backend, fixed, allowed={path: known.unknown([(0, n - 1)])})
+                w = self._solve(self._backend, st.fixed, allowed={path: known.unknown([(0, n - 1)])})
             if w is None:
                 if not self._backend.timed_out:
                     known.refute([(0, n - 1)])
                 break
             self._repair(st, path, self._add(st, w))
-        return [f.values[k] for k in known.known_indices()]
+        return known
 
     def wide(self, path: str) -> bool:
         """Whether ``path`` is a field read by relations with more than ``wide_domain`` values: one the decoder asks

@@ -32,6 +32,7 @@ _ONES = re.compile(rb"\x01+")
 _KEEP_REFUTED = bytes(2 if b == 2 else 0 for b in range(256))
 _WITNESS = bytes(1 if b == 0 else b for b in range(256))
 _REFUTE = bytes(2 if b == 0 else b for b in range(256))
+_ONLY_WITNESSED = bytes(1 if b == 1 else 0 for b in range(256))
 
 
 def merge(intervals: Iterable[Interval]) -> list[Interval]:
@@ -61,7 +62,7 @@ def clip(intervals: Iterable[Interval], size: int) -> list[Interval]:
 class Known:
     """One field's value indices under one assignment: witnessed, refuted or unknown (see the module doc)."""
 
-    __slots__ = ("status", "known", "refuted", "probed", "bounded")
+    __slots__ = ("status", "known", "refuted", "probed", "bounded", "_mask")
 
     def __init__(self, size: int, ancestor: Known | None = None):
         if ancestor is None:
@@ -73,6 +74,7 @@ class Known:
         self.known = 0
         self.probed = False  # whether a solve asked for any value not witnessed (see Session._among)
         self.bounded = False  # whether the least and greatest admissible values were asked
+        self._mask: bytes | None = None
 
     @property
     def size(self) -> int:
@@ -117,6 +119,15 @@ class Known:
         for a, b in intervals:
             out.extend((m.start(), m.end() - 1) for m in _ZEROS.finditer(self.status, a, b + 1))
         return out
+
+    def mask(self) -> bytes:
+        """``m[k] == 1`` where index ``k`` is witnessed, else 0 (kept once complete: nothing changes then)."""
+        m = self._mask
+        if m is None:
+            m = bytes(self.status.translate(_ONLY_WITNESSED))
+            if self.complete:
+                self._mask = m
+        return m
 
     def known_indices(self) -> list[int]:
         st = self.status

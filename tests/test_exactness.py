@@ -448,6 +448,9 @@ def check_session(spec: fs.Spec, bf: Any, backend: str, assignment: dict[str, An
         for p in bf.paths:
             got = s.admissible(p)
             assert _same_values(got, want[p]), f"{backend} {what}: admissible({p}) = {got}, brute force {want[p]}"
+            mask = s.admissible_mask(p)  # the same set, one byte per domain value (what decoders key rows on)
+            assert [bool(b) for b in mask] == [any(jeq(v, w) for w in want[p]) for v in bf.domains[p]], \
+                f"{backend} {what}: admissible_mask({p}) = {mask!r}, brute force {want[p]}"
         certain = s.certain()
         want_certain = {p: vs[0] for p, vs in want.items() if len(vs) == 1}
         assert set(certain) == set(want_certain) and all(jeq(certain[p], want_certain[p]) for p in certain), \

@@ -54,6 +54,7 @@ import time
 from bisect import bisect_left
 from collections import OrderedDict
 from dataclasses import dataclass
+from dataclasses import field as dc_field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -194,7 +195,10 @@ class ChoiceTable:
 
     ``keys`` maps ``jkey(value)`` to its index ``k``; ``ids[k]`` are the token ids admitted whenever value ``k`` is
     admissible; ``checks`` holds ``(k, id, bytes)`` for the tokens that run past what every record with value ``k``
-    writes next (into another choice); ``may_finish``: whether the record may end at the state at all."""
+    writes next (into another choice); ``may_finish``: whether the record may end at the state at all.
+    ``index_of`` pairs each candidate's index in the field's domain with ``k`` (a session's admissible mask selects
+    candidates with it), ``bits[k]`` are ``ids[k]`` as mask words and bits, and ``rows`` keeps the packed union per
+    selection (the bytes of the selected ``k``), shared by every declaration with the layout."""
 
     pointer: str
     field: Any
@@ -204,6 +208,49 @@ class ChoiceTable:
     everyone: np.ndarray
     checks: tuple[tuple[int, int, bytes], ...]
     may_finish: bool
+    index_of: tuple[tuple[int, int], ...] = ()
+    bits: tuple[tuple[np.ndarray, np.ndarray], ...] = ()
+    rows: OrderedDict[bytes, np.ndarray] = dc_field(default_factory=OrderedDict, compare=False, repr=False)
+    size: int = 0
+
+    by_mask: OrderedDict[bytes, np.ndarray] = dc_field(default_factory=OrderedDict, compare=False, repr=False)
+
+    def row_for(self, mask: bytes, lock: threading.Lock) -> np.ndarray:
+        """The packed row for a session's admissible mask over the field (kept per mask: one dictionary lookup
+        where the same admissible set was seen before, by any declaration with the layout)."""
+        hit = self.by_mask.get(mask)
+        if hit is None:
+            hit = self.row(self.select(mask), lock)
+            with lock:
+                _remember(self.by_mask, mask, hit, 256)
+        return hit
+
+    def select(self, mask: bytes) -> bytes:
+        """The candidates a session's admissible mask (:meth:`Session.admissible_mask`) keeps, as their ``k``."""
+        return bytes([k for i, k in self.index_of if mask[i]])
+
+    def row(self, selected: bytes | None, lock: threading.Lock) -> np.ndarray:
+        """The packed union of the selected candidates' ids (``None``: every candidate), built once per selection
+        from their mask words (no pass over the vocabulary). Shared: callers never write into it."""
+        key = bytes(range(len(self.ids))) if selected is None else selected
+        hit = self.rows.get(key)
+        if hit is not None:
+            return hit
+        out = np.zeros(mask_words(self.size), dtype=np.uint32)
+        if key:
+            words = np.concatenate([self.bits[k][0] for k in key])
+            bits = np.concatenate([self.bits[k][1] for k in key])
+            np.bitwise_or.at(out, words, bits)
+        row = out.view(np.int32)
+        with lock:
+            _remember(self.rows, key, row, 64)
+        return row
+
+
+def _word_bits(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids as the mask words they fall in and the bit each sets there (XGrammar's packed layout)."""
+    ids = np.asarray(ids, dtype=np.int64)
+    return ids >> 5, (np.uint32(1) << (ids & 31).astype(np.uint32))
 
 
 def build_choice_table(layout: Layout, index: TokenIndex, state: State,
@@ -215,12 +262,16 @@ def build_choice_table(layout: Layout, index: TokenIndex, state: State,
     if not lo < hi or hi - lo > CHOICE_MAX or len(m.renders[lo]) == len(sub) and not before:
         return None  # nothing to choose, too many, or a value typed whole that may go on (1 of 1..15): the walk
     toks, tids, by_bytes = index.toks, index.ids, index.by_bytes
+    domain = layout.compiled.fields.get(pointer)  # the session's field at the pointer (a union's may differ)
     keys: dict[Any, int] = {}
     ids: list[np.ndarray] = []
     checks: list[tuple[int, int, bytes]] = []
+    index_of: list[tuple[int, int]] = []
     for k, r in enumerate(m.renders[lo:hi]):
         v = m.by_render[r]
         keys[jkey(v)] = k
+        if domain is not None and v in domain:
+            index_of.append((domain.index(v), k))
         s = before + r[len(sub):]
         found = [i for j in range(1, len(s) + 1) for i in by_bytes.get(s[:j], ())]  # the tokens inside s
         a, z = index.span(s)
@@ -239,7 +290,8 @@ def build_choice_table(layout: Layout, index: TokenIndex, state: State,
                     checks.append((k, int(tids[i]), toks[i]))
         ids.append(np.array(sorted(set(found)), dtype=np.int64))
     everyone = np.array(sorted({i for a in ids for i in a.tolist()}), dtype=np.int64)
-    return ChoiceTable(pointer, fld, m, keys, tuple(ids), everyone, tuple(checks), layout.finish(state) is not None)
+    return ChoiceTable(pointer, fld, m, keys, tuple(ids), everyone, tuple(checks), layout.finish(state) is not None,
+                       tuple(sorted(index_of)), tuple(_word_bits(a) for a in ids), size=index.size)
 
 
 # ------------------------------------------------------------------------------------------------------ compiled
@@ -606,27 +658,28 @@ class Decoder:
                 _remember(tables, state, table, 4096)
         if table is None or table.pointer in self._fields and self.session.wide(table.pointer):
             return None
-        f = self._admissible()
-        allowed = f.get(table.pointer, table.field, table.matcher)
-        if allowed is None:
-            ks = None  # a pointer the session does not know: every candidate
-            ids = table.everyone
-        elif isinstance(allowed, EnumSlot):
-            keys = table.keys
-            ks = {k for k in (keys.get(jkey(v)) for v in allowed.domain) if k is not None}
-            if len(ks) == len(keys):
-                ids = table.everyone
-            else:
-                ids = np.concatenate([table.ids[k] for k in sorted(ks)]) if ks else np.zeros(0, np.int64)
+        # the session's admissible set, as a mask over the field's domain: cached with the solver state, and the
+        # key of the union row the table keeps for it (a pointer the session does not know: every candidate)
+        if table.pointer in self._fields:
+            mask = self.session.admissible_mask(table.pointer)
+            row = table.row_for(mask, self._c.index.lock)
         else:
-            return None
-        extra = [tid for k, tid, data in table.checks
-                 if (ks is None or k in ks) and self._suffix_ok(state, data, (), f)]
+            mask = None
+            row = table.row(None, self._c.index.lock)
+        extra: list[int] = []
+        f = None
+        if table.checks:  # tokens running into another choice: each checked under the solver
+            f = self._admissible()
+            ks = None if mask is None else set(table.select(mask))
+            extra = [tid for k, tid, data in table.checks
+                     if (ks is None or k in ks) and self._suffix_ok(state, data, (), f)]
+        if table.may_finish and self.layout.finish(state, admissible=f or self._admissible()) is not None:
+            extra += self._c.eos.tolist()
         if extra:
-            ids = np.concatenate([ids, np.array(extra, dtype=np.int64)])
-        if table.may_finish and self.layout.finish(state, admissible=f) is not None:
-            ids = np.concatenate([ids, self._c.eos])
-        return _pack(ids, self.vocab.size)
+            row = row.copy()
+            ids = np.array(extra, dtype=np.int64)
+            np.bitwise_or.at(row.view(np.uint32), *_word_bits(ids))
+        return row
 
     def _opening(self, st: State, limit: int = 16) -> tuple[Any, Any] | None:
         """Where ``st`` is a few fixed bytes before a free string that only fixed bytes follow to the record's end
