@@ -118,20 +118,21 @@ class TokenIndex:
             if pairs[k][0] == pairs[k - 1][0]:
                 by_bytes[pairs[k][0]] += (pairs[k][1],)
         self.by_bytes = by_bytes
-        self._choices: OrderedDict[Any, OrderedDict[State, ChoiceTable | None]] = OrderedDict()
+        self._layouts: OrderedDict[Any, tuple[OrderedDict[State, Any], OrderedDict[State, Any]]] = OrderedDict()
         self.lock = threading.Lock()
 
-    def choice_tables(self, layout_key: Any) -> OrderedDict[State, ChoiceTable | None]:
-        """The choice tables of one layout (a schema's text and style) over this vocabulary, shared by every
-        declaration with that layout: a table depends on the layout and the tokens, not on relations."""
+    def layout_tables(self, layout_key: Any) -> tuple[OrderedDict[State, Any], OrderedDict[State, Any]]:
+        """What one layout (a schema's text and style) keeps over this vocabulary, per state, shared by every
+        declaration with that layout: its choice tables (:class:`ChoiceTable` or ``None``) and its free-string
+        openings (see ``Decoder._opening``), which depend on the layout and the tokens, not on relations."""
         with self.lock:
-            tables = self._choices.get(layout_key)
+            tables = self._layouts.get(layout_key)
             if tables is None:
-                tables = self._choices[layout_key] = OrderedDict()
-                if len(self._choices) > 256:
-                    self._choices.popitem(last=False)
+                tables = self._layouts[layout_key] = (OrderedDict(), OrderedDict())
+                if len(self._layouts) > 256:
+                    self._layouts.popitem(last=False)
             else:
-                self._choices.move_to_end(layout_key)
+                self._layouts.move_to_end(layout_key)
             return tables
 
     @classmethod
@@ -315,7 +316,7 @@ class _Compiled:
             layout_key: Any = (json.dumps(spec.schema), indent)
         except (TypeError, ValueError):
             layout_key = ("declaration", id(self))
-        self.choices = self.index.choice_tables(layout_key)
+        self.choices, self.openings = self.index.layout_tables(layout_key)
 
     def string_masks(self, slot: StringSlot) -> StringMasks:
         """The masks inside one free string slot (token tables shared per automaton and vocabulary, on disk)."""
@@ -682,28 +683,73 @@ class Decoder:
         return row
 
     def _opening(self, st: State, limit: int = 16) -> tuple[Any, Any] | None:
-        """Where ``st`` is a few fixed bytes before a free string that only fixed bytes follow to the record's end
-        (a trip's closing note): the string's shared tables and a key that decides the mask there whatever the
-        declaration or the assignment (the bytes before, the string's lengths, the bytes after)."""
-        f = self._admissible(())
+        """Where ``st`` is a few bytes of fixed syntax before a free string that only fixed syntax follows to the
+        record's end (a trip's closing note): the string's shared tables and a key that decides the mask there
+        whatever the declaration or the assignment (the bytes before, the string's lengths, the bytes after).
+        Found on the layout alone (a field slot on the way is no opening), once per state of a layout."""
+        openings = self._c.openings
+        hit = openings.get(st, _NONE)
+        if hit is _NONE:
+            hit = self._opening_at(st, limit)
+            with self._c.index.lock:
+                _remember(openings, st, hit, 4096)
+        return hit
+
+    def _opening_at(self, st: State, limit: int) -> tuple[Any, Any] | None:
+        layout = self.layout
         before = bytearray()
         while len(before) <= limit:
-            fs = self.layout.free_string(st)
+            fs = layout.free_string(st)
             if fs is not None:
                 slot, sub = fs
                 _, phase, s, n, pending = sub
                 if not before or phase != 1 or n != 0 or pending or s != slot.dfa.initial:
                     return None
-                tail = self._fixed_tail(st, f)
+                tail = self._syntax_tail(st)
                 if tail is None:
                     return None
                 tables = self._c.string_masks(slot).tables
                 return tables, (bytes(before), tail, slot.dfa.min_len, slot.dfa.max_len)
-            step = self._only_byte(st, self.layout.allowed_next_bytes(st, admissible=f), f)
-            if step is None:
+            jump = layout.forced_bytes(st)  # unfiltered: fixed syntax only (a field slot's bytes: None)
+            if jump is None:  # the free string's opening quote, or no opening
+                slot = layout.slot(st)
+                nxt = layout.allowed_next_bytes(st) if slot is not None and slot.kind == "free" else ()
+                if len(nxt) != 1:
+                    return None
+                data = bytes(nxt)
+            else:
+                data, at = jump
+                if len(data) > 1:
+                    before += data[:-1]
+                    st = at(len(data) - 1)
+            st2 = layout.advance(st, data[-1:])
+            if st2 is None or st2.events:
                 return None
-            b, st = step
-            before.append(b)
+            before += data[-1:]
+            st = st2
+        return None
+
+    def _syntax_tail(self, st: State, limit: int = 64) -> bytes | None:
+        """The bytes after the free string at ``st`` when they are fixed syntax to the record's end (on the layout
+        alone, no filter: a field slot on the way gives ``None``)."""
+        layout = self.layout
+        after = layout.after_free_slot(st)
+        out = bytearray()
+        while after is not None and len(out) <= limit:
+            if layout.accepting(after):
+                return bytes(out) if not layout.some_next_bytes(after, 1) else None
+            jump = layout.forced_bytes(after)
+            if jump is None:
+                return None
+            data, at = jump
+            if len(data) > 1:
+                out += data[:-1]
+                after = at(len(data) - 1)
+            nxt = layout.advance(after, data[-1:])
+            if nxt is None or nxt.events:
+                return None
+            out += data[-1:]
+            after = nxt
         return None
 
     def fill_mask(self, row: np.ndarray) -> None:
