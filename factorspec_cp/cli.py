@@ -289,6 +289,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--max-model-len", type=int, default=4096)
     s.add_argument("--constraint-workers", type=int, default=None, metavar="N",
                    help="constraint worker processes per server process (0: in-process)")
+    s.add_argument("--draft-wait", type=float, default=None, metavar="MS",
+                   help="with constraint workers: the longest a certain run waits for its worker before the forward "
+                        "pass goes on without it (default: wait for every run)")
     s.add_argument("--dry-run", action="store_true", help="print the command lines and exit")
     s.add_argument("extra", nargs=argparse.REMAINDER, help="after --: more server arguments")
     s.set_defaults(fn=cmd_serve)
@@ -336,6 +339,9 @@ def parser() -> argparse.ArgumentParser:
                    help="serve (1,4,8) / service (8,64,128): requests in flight, comma-separated")
     b.add_argument("--workers", default="0,1,2,4", help="service: constraint workers to compare (0: in-process)")
     b.add_argument("--forward-ms", type=float, default=20.0, help="service: the forward pass a step sleeps for")
+    b.add_argument("--draft-waits", default="none,0",
+                   help="service: draft waits to compare with workers, in ms, comma-separated (none: wait for every "
+                        "draft)")
     b.add_argument("--workloads", default=None, help="serve: trip,calendar,meeting,tool-calls,trip+note")
     b.add_argument("--num-spec", type=int, default=32, help="serve/service: certain-run draft cap")
     b.add_argument("--bench-note", default="",

@@ -43,9 +43,14 @@ def test_bench_service_tiny(tmp_path: Path) -> None:
                "--out", str(tmp_path)])
     assert rc == 0
     doc = json.loads((tmp_path / "service.json").read_text())
-    got = {(r["engine"], r["workers"]) for r in doc["rows"]}
-    assert got == {("xgrammar", 0), ("factorspec", 0), ("factorspec", 1)}
+    got = {(r["engine"], r["workers"], r["draft_wait_ms"]) for r in doc["rows"]}
+    assert got == {("xgrammar", 0, None), ("factorspec", 0, None), ("factorspec", 1, None), ("factorspec", 1, 0.0)}
     assert doc["problems"] == {"trip": 1, "calendar": 1, "meeting": 1, "tool-call": 1}
     for r in doc["rows"]:
         assert r["in_flight"] == 4 and r["steps"] > 0 and r["step_ms"]["n"] == r["steps"] and r["tokens"] > 0
+    rows = {(r["engine"], r["workers"], r["draft_wait_ms"]): r for r in doc["rows"]}
+    # the oracle's drafts (XGrammar's) are the gold certain runs, which our grammars draft whenever they wait for them
+    assert rows["xgrammar", 0, None]["drafted"] == rows["factorspec", 0, None]["drafted"] > 0
+    assert rows["factorspec", 1, None]["drafted"] == rows["factorspec", 0, None]["drafted"]
+    assert rows["factorspec", 1, 0.0]["drafted"] <= rows["factorspec", 0, None]["drafted"]
     assert "| 4 | factorspec | 1 |" in (tmp_path / "service.md").read_text()

@@ -13,7 +13,13 @@ import pytest
 from factorspec_cp.bench.generate import bfcl_problems, trip_problems
 from factorspec_cp.bench.masks import gold_walk
 from factorspec_cp.engine.grammar import GrammarCompiler
-from factorspec_cp.engine.service import ConstraintService, ServiceGrammar, WorkerDied, workers_from_env
+from factorspec_cp.engine.service import (
+    ConstraintService,
+    ServiceGrammar,
+    WorkerDied,
+    draft_wait_from_env,
+    workers_from_env,
+)
 from factorspec_cp.errors import UnknownPath, UnsatisfiableDeclaration
 from factorspec_cp.tokenmap import Vocabulary
 from factorspec_cp.tokenmap.decoder import mask_words
@@ -76,6 +82,49 @@ def test_service_grammars_match_in_process_ones_token_by_token(service, vocab):
         r.fill(b, 0)
         assert np.array_equal(a, b) and not g.is_terminated()
         g.close()
+
+
+@pytest.mark.parametrize("draft_wait", [None, 0.0])
+def test_verify_steps_with_local_rollback_and_drafts_that_do_not_wait(vocab, draft_wait):
+    """What a server does per verify step: take the draft (the certain run), fill the row at the current position and,
+    past the draft, the row where the token after it is sampled (accept the draft, fill, roll it back: inside the
+    published state, with no wait for the worker), then commit the draft and the next token. Every row equals an
+    in-process grammar's; with ``draft_wait=0`` a draft is the in-process run or, where the worker has not published
+    it yet, empty; either way the records are the same."""
+    local = GrammarCompiler(vocab, workers=0)
+    cases = _cases(vocab)
+    words = mask_words(vocab.size)
+    a, b = np.zeros((1, words), np.int32), np.zeros((1, words), np.int32)
+    with ConstraintService(vocab, workers=2, slots=16, draft_wait=draft_wait) as svc:
+        calls: list[str] = []
+        for w in svc._workers:  # every question the engine waits on the worker for
+            w.call = (lambda call: lambda *m: calls.append(m[0]) or call(*m))(w.call)
+        for spec, toks in cases:
+            g, r = svc.open(spec), local.compile(spec).grammar()
+            pos = 0
+            while pos < len(toks):
+                want = r.certain_run(16)
+                draft = g.certain_run(16)
+                assert draft == want or (draft_wait is not None and draft == []), pos
+                g.fill(a, 0)
+                r.fill(b, 0)
+                assert np.array_equal(a, b), pos
+                if draft:
+                    assert g.accept(draft) and r.accept(draft)
+                    g.fill(a, 0)
+                    r.fill(b, 0)
+                    assert np.array_equal(a, b), pos
+                    g.rollback(len(draft))
+                    r.rollback(len(draft))
+                    assert g.num_tokens == r.num_tokens == pos
+                step = toks[pos:pos + len(draft) + 1]
+                assert step[:len(draft)] == draft  # canonical: the gold stream writes the certain run
+                assert g.accept(step) and r.accept(step)
+                pos += len(step)
+                assert g.is_terminated() == r.is_terminated()
+            assert g.is_terminated() and g.record() == r.record()
+            g.close()
+        assert "rollback" not in calls and "accept" not in calls  # all inside the published states
 
 
 def test_a_refused_token_changes_nothing_and_bad_declarations_raise_their_typed_error(service, vocab):
@@ -157,6 +206,46 @@ def test_the_compiler_switch_and_the_environment(vocab, monkeypatch):
     assert GrammarCompiler(vocab).workers == 0
     with pytest.raises(ValueError):
         ConstraintService(vocab, workers=0)
+    for bad in ("x", "-1", "nan"):
+        monkeypatch.setenv("FACTORSPEC_DRAFT_WAIT_MS", bad)
+        with pytest.raises(ValueError, match="FACTORSPEC_DRAFT_WAIT_MS"):
+            draft_wait_from_env()
+    monkeypatch.setenv("FACTORSPEC_DRAFT_WAIT_MS", "2.5")
+    assert GrammarCompiler(vocab).draft_wait == 0.0025
+    monkeypatch.delenv("FACTORSPEC_DRAFT_WAIT_MS")
+    assert GrammarCompiler(vocab).draft_wait is None
+    with pytest.raises(ValueError):
+        ConstraintService(vocab, workers=1, draft_wait=-1.0)
+
+
+def test_serve_passes_workers_and_draft_wait_to_the_servers_environment():
+    from argparse import Namespace
+
+    from factorspec_cp.engine.serve import _workers_env
+    assert _workers_env(Namespace(constraint_workers=2, draft_wait=0.5)) == {
+        "FACTORSPEC_CONSTRAINT_WORKERS": "2", "FACTORSPEC_DRAFT_WAIT_MS": "0.5"}
+    assert _workers_env(Namespace(constraint_workers=None, draft_wait=None)) == {}
+    with pytest.raises(ValueError, match="constraint-workers"):
+        _workers_env(Namespace(constraint_workers=None, draft_wait=1.0))
+    with pytest.raises(ValueError):
+        _workers_env(Namespace(constraint_workers=1, draft_wait=-1.0))
+
+
+def test_requests_of_one_declaration_go_to_the_worker_that_compiled_it_within_the_slack(vocab):
+    """Affinity: the worker that compiled a declaration takes its next requests (one compile, shared caches) until
+    it holds AFFINITY_SLACK more requests than the least busy worker; then the least busy one takes them."""
+    from factorspec_cp.engine.service import AFFINITY_SLACK
+    spec = _cases(vocab)[0][0]
+    with ConstraintService(vocab, workers=2, slots=32) as svc:
+        gs = [svc.open(spec) for _ in range(AFFINITY_SLACK + 3)]
+        where = [g._worker.index for g in gs]
+        first = where[0]
+        assert where[:AFFINITY_SLACK + 1] == [first] * (AFFINITY_SLACK + 1)
+        assert where[AFFINITY_SLACK + 1] != first  # past the slack: the other worker
+        opens = sorted(w.open for w in svc._workers)
+        assert opens[1] - opens[0] <= AFFINITY_SLACK + 1
+        for g in gs:
+            g.close()
 
 
 def test_the_embedded_engine_writes_the_same_records_through_workers():

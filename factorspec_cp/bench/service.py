@@ -64,51 +64,76 @@ def streams(vocab: Any, per_workload: int) -> list[tuple[str, Any, list[int], li
     return out
 
 
-def step_groups(tokens: list[int], certain: list[bool], cap: int) -> list[list[int]]:
-    """The tokens each verify step commits: a run of certain tokens (at most ``cap``) and the token after it."""
-    groups, i = [], 0
-    while i < len(tokens):
-        j = i
-        while j < len(tokens) and certain[j] and j - i < cap:
-            j += 1
-        groups.append(tokens[i:j + 1])
-        i = j + 1
-    return groups
+def gold_draft(tokens: list[int], certain: list[bool], pos: int, cap: int) -> list[int]:
+    """The certain run of the gold stream at ``pos`` (at most ``cap`` tokens): the draft an oracle drafter gives
+    XGrammar, the same our in-process grammars give."""
+    j = pos
+    while j < len(tokens) and certain[j] and j - pos < cap:
+        j += 1
+    return tokens[pos:j]
 
 
-def replay(grammars: list[Any], plans: list[list[list[int]]], words: int, forward_s: float, cap: int,
-           drafts: bool, pids: list[int]) -> dict[str, Any]:
-    """The step loop over ``grammars``; returns engine-thread seconds per step and host CPU seconds."""
-    bitmask = np.zeros((len(grammars), words), dtype=np.int32)
+def replay(grammars: list[Any], streams: list[tuple[list[int], list[bool]]], words: int, forward_s: float, cap: int,
+           own_drafts: bool, pids: list[int]) -> dict[str, Any]:
+    """The step loop over ``grammars``, each request writing its gold token stream. A step: the engine thread takes
+    the tokens the last step committed (``accept``) and each request's draft (``certain_run``, or with
+    ``own_drafts`` false the gold stream's certain run: an oracle drafter's, for XGrammar); the forward pass (a
+    sleep); then the masks its logits need: the row at the current position and, past a draft, the row where the
+    token after it is sampled (``accept`` the draft, ``fill``, ``rollback``: what vLLM's scheduler does for a
+    verified draft; the rows inside a canonical draft are its tokens). The step commits the draft and the next gold
+    token. Returns the engine thread's seconds per step, the tokens drafted and committed, host CPU seconds."""
+    n = len(grammars)
+    cur = np.zeros((n, words), dtype=np.int32)
+    after = np.zeros((n, words), dtype=np.int32)
+    pos = [0] * n
+    commit: list[list[int]] = [[] for _ in range(n)]
     steps: list[float] = []
+    drafted = 0
     cpu0 = time.process_time() + sum(_proc_cpu(p) for p in pids)
     wall0 = time.perf_counter()
-    k = 0
-    live = list(range(len(grammars)))
+    live = list(range(n))
     while live:
         t0 = time.perf_counter()
-        if k:  # the tokens the previous step committed
-            for i in live:
-                if not grammars[i].accept(plans[i][k - 1]):
-                    raise AssertionError(f"request {i} refused its gold tokens at step {k}")
-        live = [i for i in live if k < len(plans[i])]
-        if drafts:  # the draft is the forward pass's input: asked before it
-            for i in live:
-                grammars[i].certain_run(cap)
-        t1 = time.perf_counter()
+        for i in live:
+            if commit[i] and not grammars[i].accept(commit[i]):
+                raise AssertionError(f"request {i} refused its gold tokens at {pos[i]}")
+        live = [i for i in live if pos[i] < len(streams[i][0])]
+        if not live:
+            steps.append(time.perf_counter() - t0)
+            break
+        if own_drafts:
+            drafts = {i: grammars[i].certain_run(cap) for i in live}
+            t1 = time.perf_counter()
+        else:  # an oracle's drafts: not the grammar's time
+            t1 = time.perf_counter()
+            drafts = {i: gold_draft(*streams[i], pos[i], cap) for i in live}
         time.sleep(forward_s)  # the forward pass: the masks apply to its logits, so they are asked after it
         t2 = time.perf_counter()
         for i in live:
-            grammars[i].fill(bitmask, i)
-        steps.append((t1 - t0) + (time.perf_counter() - t2))
-        k += 1
+            g, d = grammars[i], drafts[i]
+            g.fill(cur, i)
+            if d:
+                if not g.accept(d):
+                    raise AssertionError(f"request {i} refused its own draft at {pos[i]}")
+                g.fill(after, i)
+                g.rollback(len(d))
+        end = time.perf_counter()
+        steps.append((t1 - t0) + (end - t2))
+        for i in live:  # the verify step accepts the draft (the gold writes it) and the gold token after it
+            toks, d = streams[i][0], drafts[i]
+            if toks[pos[i]:pos[i] + len(d)] != d:
+                raise AssertionError(f"request {i}: the draft at {pos[i]} is not the gold stream's")
+            commit[i] = toks[pos[i]:pos[i] + len(d) + 1]
+            pos[i] += len(commit[i])
+            drafted += len(d)
     wall = time.perf_counter() - wall0
     cpu = time.process_time() + sum(_proc_cpu(p) for p in pids) - cpu0
-    return {"steps": steps, "cpu": cpu, "wall": wall}
+    return {"steps": steps, "cpu": cpu, "wall": wall, "drafted": drafted,
+            "committed": sum(len(t) for t, _ in streams)}
 
 
 def run_service(flights: list[int], workers: list[int], forward_ms: float, cap: int, per_workload: int,
-                progress: bool = False) -> dict[str, Any]:
+                waits: list[float | None] | None = None, progress: bool = False) -> dict[str, Any]:
     from ..baselines.xgrammar import XGrammarMatcher
     from ..engine.grammar import Grammar, GrammarCompiler
     from ..tokenmap import Vocabulary
@@ -117,14 +142,17 @@ def run_service(flights: list[int], workers: list[int], forward_ms: float, cap: 
     vocab = Vocabulary.smollm2()
     words = mask_words(vocab.size)
     data = streams(vocab, per_workload)
+    waits = [None] if waits is None else waits
     rows: list[dict[str, Any]] = []
     for flight in flights:
         picked = [data[i % len(data)] for i in range(flight)]
         random.Random(flight).shuffle(picked)  # requests reach workers in turn: no workload lands on one of them
-        plans = [step_groups(toks, cert, cap) for _, _, toks, cert, _ in picked]
-        n_tokens = sum(len(toks) for _, _, toks, _, _ in picked)
-        configs: list[tuple[str, int]] = [("xgrammar", 0)] + [("factorspec", w) for w in workers]
-        for name, w in configs:
+        gold = [(toks, cert) for _, _, toks, cert, _ in picked]
+        n_tokens = sum(len(toks) for toks, _ in gold)
+        configs: list[tuple[str, int, float | None]] = [("xgrammar", 0, None)]
+        for w in workers:
+            configs += [("factorspec", w, None)] if w == 0 else [("factorspec", w, x) for x in waits]
+        for name, w, wait in configs:
             if progress:
                 print(f"\r  service: {flight} in flight, {name} {w} workers      ", end="", file=sys.stderr,
                       flush=True)
@@ -134,14 +162,17 @@ def run_service(flights: list[int], workers: list[int], forward_ms: float, cap: 
                 grammars = [Grammar(XGrammarMatcher(spec.schema, vocab)) for _, spec, _, _, _ in picked]
                 pids: list[int] = []
             else:
-                compiler = GrammarCompiler(vocab, workers=w)
+                compiler = GrammarCompiler(vocab, workers=w, draft_wait=wait)
                 grammars = [compiler.compile(spec).grammar() for _, spec, _, _, _ in picked]
                 pids = [p.pid for p in compiler.service().workers] if w else []
+            scratch = np.zeros((1, words), dtype=np.int32)
+            for g in grammars:  # the first row: a server has it computed while the prompt is prefilled
+                g.fill(scratch, 0)
             opened = time.perf_counter() - t
             try:
-                res = replay(grammars, plans, words, forward_ms / 1e3, cap, name != "xgrammar", pids)
-                for g, (_, _, _, _, gold) in zip(grammars, picked):
-                    if not g.is_terminated() or (name != "xgrammar" and g.record() != gold):
+                res = replay(grammars, gold, words, forward_ms / 1e3, cap, name != "xgrammar", pids)
+                for g, (_, _, _, _, rec) in zip(grammars, picked):
+                    if not g.is_terminated() or (name != "xgrammar" and g.record() != rec):
                         raise AssertionError(f"{name}/{w}: a request did not end on its gold record")
             finally:
                 for g in grammars:
@@ -151,8 +182,12 @@ def run_service(flights: list[int], workers: list[int], forward_ms: float, cap: 
                 if compiler is not None:
                     compiler.close()
             steps = res["steps"]
-            rows.append({"in_flight": flight, "engine": name, "workers": w, "steps": len(steps),
-                         "tokens": n_tokens, "step_ms": summary_ms(steps),
+            rows.append({"in_flight": flight, "engine": name, "workers": w,
+                         "draft_wait_ms": None if wait is None else round(wait * 1e3, 3), "steps": len(steps),
+                         "tokens": n_tokens, "drafted": res["drafted"],
+                         "tokens_per_step": round(n_tokens / max(1, len(steps)) / flight, 3),
+                         "step_ms": summary_ms(steps),
+                         "engine_us_per_token": round(sum(steps) / n_tokens * 1e6, 2),
                          "cpu_us_per_token": round(res["cpu"] / n_tokens * 1e6, 2),
                          "open_s": round(opened, 3), "wall_s": round(res["wall"], 3)})
     if progress:
@@ -162,6 +197,8 @@ def run_service(flights: list[int], workers: list[int], forward_ms: float, cap: 
         r["step_ratio_mean"] = (round(r["step_ms"]["mean"] / base["step_ms"]["mean"], 2) if base["step_ms"]["mean"]
                                 else None)
         r["step_ratio_p99"] = round(r["step_ms"]["p99"] / base["step_ms"]["p99"], 2) if base["step_ms"]["p99"] else None
+        r["token_ratio"] = (round(r["engine_us_per_token"] / base["engine_us_per_token"], 2)
+                            if base["engine_us_per_token"] else None)
     groups: dict[str, int] = {}
     for g, *_ in data:
         groups[g] = groups.get(g, 0) + 1
@@ -174,23 +211,31 @@ def report_md(res: dict[str, Any]) -> str:
              f"Machine: {res.get('machine', '')}. Command: `{res.get('command', '')}`. "
              f"XGrammar {res.get('xgrammar', '')}. {res.get('bench_note', '')}", "",
              f"A step loop without a model over gold token streams ({mix}, repeated up to the number in flight "
-             f"and shuffled; the vocabulary of SmolLM2). Each step commits, per request, its certain run (at most "
-             f"{res['cap']} tokens) and the next token; the engine thread calls `accept` and `certain_run` (the "
-             f"draft, an input of the forward pass) for every request, sleeps {res['forward_ms']} ms for the forward "
-             "pass (the workers may compute then), then calls `fill` (the masks apply to its logits). XGrammar's "
-             "matcher takes the same tokens in the same steps and fills the same rows, in-process, without certain "
-             "runs. *step ms*: the engine thread's seconds in those calls per step; *ratio*: ours / "
-             "XGrammar's at the same number in flight; *host CPU*: the engine's process and every worker process, "
-             "per record token; *open*: compiling and opening every request (off the step loop in a server).", "",
-             "| in flight | engine | workers | steps | step ms p50 / p99 | step ms mean | ratio mean / p99 | "
-             "host CPU us/token | open s |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             f"and shuffled; the vocabulary of SmolLM2). Per step and request the engine thread calls `accept` (what "
+             f"the last step committed) and takes a draft (at most {res['cap']} tokens: ours from `certain_run`; "
+             "XGrammar's from an oracle that knows the gold stream's certain runs, so that both verify the same "
+             f"drafts); it sleeps {res['forward_ms']} ms for the forward pass (the workers may compute then); then "
+             "it fills the rows the logits need: the current position's and, past a draft, the row where the token "
+             "after it is sampled (`accept` the draft, `fill`, `rollback`, as vLLM's scheduler does). The step "
+             "commits the draft and the next gold token. With *draft wait* 0 a request's draft is what its worker "
+             "has published by then (else none: the forward pass goes on, and more steps follow); blank: the engine "
+             "waits for every draft. *step ms*: the engine thread's seconds in those calls per step; *ratio*: ours / "
+             "XGrammar's at the same number in flight, per step and per record token; *tokens/step*: committed "
+             "tokens per request and step; *host CPU*: the engine's process and every worker process, per record "
+             "token; *open*: compiling and opening every request and its first row (off the step loop in a server, "
+             "during the prefill). Requests of one declaration go to the worker that compiled it while that keeps "
+             "the workers' loads within a few requests of each other (`service.AFFINITY_SLACK`).", "",
+             "| in flight | engine | workers | draft wait ms | steps | tokens/step | step ms p50 / p99 | "
+             "step ms mean | ratio mean / p99 | engine us/token (ratio) | host CPU us/token | open s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
         s = r["step_ms"]
+        wait = r.get("draft_wait_ms")
         lines.append(f"| {r['in_flight']} | {r['engine']} | {r['workers'] if r['engine'] != 'xgrammar' else ''} | "
-                     f"{r['steps']} | {s['p50']:.2f} / {s['p99']:.2f} | {s['mean']:.2f} | "
-                     f"{r['step_ratio_mean']} / {r['step_ratio_p99']} | {r['cpu_us_per_token']:.1f} | "
-                     f"{r['open_s']:.2f} |")
+                     f"{'' if wait is None else wait} | {r['steps']} | {r['tokens_per_step']} | "
+                     f"{s['p50']:.2f} / {s['p99']:.2f} | {s['mean']:.2f} | {r['step_ratio_mean']} / "
+                     f"{r['step_ratio_p99']} | {r['engine_us_per_token']:.1f} ({r['token_ratio']}) | "
+                     f"{r['cpu_us_per_token']:.1f} | {r['open_s']:.2f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -199,10 +244,12 @@ def run(args: argparse.Namespace) -> int:
 
     flights = [int(x) for x in str(args.concurrency).split(",") if x.strip()]
     workers = [int(x) for x in str(args.workers).split(",") if x.strip()]
-    res = run_service(flights, workers, args.forward_ms, args.num_spec, args.problems, progress=True)
+    waits = [None if x.strip() in ("", "none") else float(x) / 1e3 for x in str(args.draft_waits).split(",")]
+    res = run_service(flights, workers, args.forward_ms, args.num_spec, args.problems, waits, progress=True)
     res["machine"] = f"{platform.machine()}, {platform.python_version()}, {os.cpu_count()}-core CPU"
     res["command"] = (f"factorspec bench service --concurrency {args.concurrency} --workers {args.workers} "
-                      f"--forward-ms {args.forward_ms} --num-spec {args.num_spec} --problems {args.problems}")
+                      f"--draft-waits {args.draft_waits} --forward-ms {args.forward_ms} --num-spec {args.num_spec} "
+                      f"--problems {args.problems}")
     res["bench_note"] = getattr(args, "bench_note", None) or ""
     res["xgrammar"] = xgrammar_version()
     write_report(args, "service", res, report_md(res))

@@ -237,17 +237,25 @@ class GrammarCompiler:
     workers
         Constraint worker processes (:mod:`~.service`): 0 keeps every session in-process; ``None`` (the default)
         reads ``$FACTORSPEC_CONSTRAINT_WORKERS`` (unset: 0), the switch server processes take.
+    draft_wait
+        With workers: the longest a certain run waits for its worker, in seconds, before the forward pass goes on
+        without it (:class:`~.service.ConstraintService`); ``None`` (the default) reads
+        ``$FACTORSPEC_DRAFT_WAIT_MS`` (unset: wait for every run).
     """
 
     def __init__(self, vocab: Vocabulary, *, style: str | int = "compact", mode: str = "canonical",
-                 backend: str | None = None, max_entries: int = 256, workers: int | None = None):
-        from .service import workers_from_env
+                 backend: str | None = None, max_entries: int = 256, workers: int | None = None,
+                 draft_wait: float | None = None):
+        from .service import draft_wait_from_env, workers_from_env
 
         self.vocab, self.style, self.mode, self.backend = vocab, style, mode, backend
         self.max_entries = max_entries
         self.workers = workers_from_env() if workers is None else int(workers)
         if self.workers < 0:
             raise ValueError(f"workers={workers}: 0 (in-process) or more")
+        self.draft_wait = draft_wait_from_env() if draft_wait is None else float(draft_wait)
+        if self.draft_wait is not None and not self.draft_wait >= 0:
+            raise ValueError(f"draft_wait={draft_wait!r}: seconds (0 or more)")
         self._service: Any = None
         self._cache: OrderedDict[str, CompiledDeclaration] = OrderedDict()
         self._lock = threading.Lock()
@@ -289,7 +297,7 @@ class GrammarCompiler:
                 from .service import ConstraintService
 
                 self._service = ConstraintService(self.vocab, self.workers, style=self.style, mode=self.mode,
-                                                  backend=self.backend)
+                                                  backend=self.backend, draft_wait=self.draft_wait)
             return self._service
 
     def close(self) -> None:

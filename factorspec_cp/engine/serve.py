@@ -73,15 +73,24 @@ def serve(args: Any) -> int:
 
 
 def _workers_env(args: Any) -> dict[str, str]:
-    """``--constraint-workers N`` as the environment the server's processes read (``FACTORSPEC_CONSTRAINT_WORKERS``)."""
-    n = getattr(args, "constraint_workers", None)
-    if n is None:
-        return {}
-    if n < 0:
-        raise ValueError(f"--constraint-workers {n}: 0 (in-process) or more")
-    from .service import WORKERS_ENV
+    """``--constraint-workers N`` and ``--draft-wait MS`` as the environment the server's processes read
+    (``FACTORSPEC_CONSTRAINT_WORKERS``, ``FACTORSPEC_DRAFT_WAIT_MS``)."""
+    from .service import DRAFT_WAIT_ENV, WORKERS_ENV
 
-    return {WORKERS_ENV: str(n)}
+    env = {}
+    n = getattr(args, "constraint_workers", None)
+    if n is not None:
+        if n < 0:
+            raise ValueError(f"--constraint-workers {n}: 0 (in-process) or more")
+        env[WORKERS_ENV] = str(n)
+    wait = getattr(args, "draft_wait", None)
+    if wait is not None:
+        if not wait >= 0:
+            raise ValueError(f"--draft-wait {wait}: milliseconds (0 or more)")
+        if not n:
+            raise ValueError("--draft-wait applies to constraint workers: give --constraint-workers N too")
+        env[DRAFT_WAIT_ENV] = f"{wait:g}"
+    return env
 
 
 def _serve_sglang(args: Any, extra: list[str]) -> int:

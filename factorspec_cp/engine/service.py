@@ -8,9 +8,13 @@ in one of ``N`` worker processes. The grammar the engine holds, :class:`ServiceG
 - ``accept(tokens)`` sends the tokens to the request's worker, which takes them and answers at once (accepted or
   not), then computes the next mask row and certain run into the request's slot of a shared-memory segment while
   the engine goes on (its forward pass);
-- ``fill(bitmask, row)``, ``certain_run(k)`` and ``is_terminated()`` read the slot, waiting only if the worker has
-  not written it yet (a sequence number in the slot says which state it holds);
-- ``validate``, ``rollback`` and ``record`` are calls to the worker.
+- ``fill(bitmask, row)`` and ``certain_run(k)`` read the slot, waiting only if the worker has not written it yet (a
+  sequence number in the slot says which state it holds); with ``draft_wait`` a certain run waits at most that long
+  and is otherwise empty (the forward pass goes on without a draft);
+- ``rollback(k)`` is sent on like an accept, without a wait: inside the published state (a verify step's draft taken
+  to fill the row after it, then undone) the state still answers, and past it the worker publishes the state it
+  returns to; ``is_terminated()`` is known from the tokens taken (EOS ends a record);
+- ``validate`` (past the published state) and ``record`` are calls to the worker.
 
 Requests are spread over workers (the one with the fewest open requests). A worker that dies fails its own requests
 only (:class:`WorkerDied`, raised by the next call of each) and is replaced for new ones; a declaration that does
@@ -39,6 +43,7 @@ import threading
 import time
 import uuid
 import weakref
+from collections import OrderedDict
 from collections.abc import Sequence
 from multiprocessing import shared_memory
 from typing import Any, NamedTuple
@@ -50,12 +55,18 @@ from ..tokenmap.decoder import mask_words
 from .grammar import declaration_key, write_row
 
 __all__ = ["ConstraintService", "ServiceGrammar", "ServiceError", "WorkerDied", "RUN_MAX", "WORKERS_ENV",
-           "workers_from_env"]
+           "DRAFT_WAIT_ENV", "workers_from_env", "draft_wait_from_env"]
 
 #: the longest certain run a slot holds (a server's draft cap is at most this)
 RUN_MAX = 64
+#: a new request goes to a worker that compiled its declaration while that worker holds at most this many open
+#: requests more than the least busy one (the same declaration's requests then share one compile and its caches)
+AFFINITY_SLACK = 4
 #: the environment switch server processes read (``factorspec serve --constraint-workers N`` sets it)
 WORKERS_ENV = "FACTORSPEC_CONSTRAINT_WORKERS"
+#: how long a draft may wait for a worker, in milliseconds (``factorspec serve --draft-wait MS`` sets it); unset: as
+#: long as the worker takes
+DRAFT_WAIT_ENV = "FACTORSPEC_DRAFT_WAIT_MS"
 _PREFIX = "factorspec-"
 _HDR = 8  # int64 per slot: run seq, terminated, complete, run length, has row, error, row seq, spare
 
@@ -68,6 +79,20 @@ def workers_from_env(default: int = 0) -> int:
     if not raw.isdigit():
         raise ValueError(f"{WORKERS_ENV}={raw!r}: a number of worker processes (0 = in-process)")
     return int(raw)
+
+
+def draft_wait_from_env() -> float | None:
+    """``$FACTORSPEC_DRAFT_WAIT_MS`` in seconds (unset: ``None``, wait for every run); a bad value is an error."""
+    raw = os.environ.get(DRAFT_WAIT_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        ms = float(raw)
+    except ValueError:
+        ms = -1.0
+    if not ms >= 0:
+        raise ValueError(f"{DRAFT_WAIT_ENV}={raw!r}: milliseconds a draft may wait for a worker (0 or more)")
+    return ms / 1e3
 
 
 class ServiceError(RuntimeError):
@@ -213,11 +238,16 @@ def _worker_main(conn: Any, segment: str, slots: int, words: int, vocab: Vocabul
                 seq = int(seg.hdr[slot, 0]) + 1
                 conn.send(("ok", seq))
                 publish(slot, seq)
-            elif op == "batch":  # ("take", slot, tokens, seq or None) messages, one send per engine step
-                rows: list[tuple[int, int]] = []
+            elif op == "batch":  # ("take", slot, tokens, seq or None) and ("back", slot, k, seq or None) messages,
+                rows: list[tuple[int, int]] = []  # one send per engine step
                 for m in msg[2]:
                     try:
-                        take(m[1], m[2], m[3], rows)
+                        if m[0] == "back":  # tokens undone; a new state to publish where a sequence number comes
+                            settle(m[1]).rollback(m[2])
+                            if m[3] is not None and publish_run(m[1], m[3]):
+                                rows.append((m[1], m[3]))
+                        else:
+                            take(m[1], m[2], m[3], rows)
                     except Exception:
                         fail(m[1], m[3])
                 for r, q in rows:
@@ -232,11 +262,6 @@ def _worker_main(conn: Any, segment: str, slots: int, words: int, vocab: Vocabul
                 conn.send(("ok", (ok, seq)))
                 if ok:
                     publish(slot, seq)
-            elif op == "rollback":
-                settle(slot).rollback(msg[2])
-                seq = int(seg.hdr[slot, 0]) + 1
-                conn.send(("ok", seq))
-                publish(slot, seq)
             elif op == "validate":
                 conn.send(("ok", settle(slot).validate(msg[2])))
             elif op == "run":
@@ -274,6 +299,7 @@ class _Worker:
         self.outbox: list[tuple[Any, ...]] = []  # tokens taken, sent as one batch at the next read
         self.free = list(range(slots - 1, -1, -1))
         self.open = 0
+        self.seen: OrderedDict[str, None] = OrderedDict()  # declarations compiled here, most recent last
         self.dead = False
 
     def died(self) -> WorkerDied:
@@ -367,7 +393,8 @@ class ServiceGrammar:
         self._closed = False
         self._base: _Published | None = None  # what the worker last published, once read
         self._off = 0  # tokens taken since the published state
-        self._eos = frozenset(service.vocab.eos_token_ids)
+        vocab = service.vocab
+        self._eos = frozenset(t for t in vocab.eos_token_ids if vocab.tokens[t] is None)  # EOS as the decoder takes it
         self._last = -1
 
     def __repr__(self) -> str:
@@ -377,22 +404,27 @@ class ServiceGrammar:
     def num_tokens(self) -> int:
         return self._count
 
-    def _ready(self, row: bool = False) -> Any:
+    def _ready(self, row: bool = False, wait: float | None = None) -> Any:
         """The slot, once the worker has written the request's current published state into it (its run and flags;
-        with ``row``, its row too). Tokens taken since the last read go to the workers first."""
+        with ``row``, its row too); ``None`` if that takes longer than ``wait`` seconds (``None``: no limit). Tokens
+        taken since the last read go to the workers first."""
         w, slot, seq = self._worker, self._slot, self._seq
-        self._service._flush()
         if w.dead:  # found dead by any call: the request is lost, even where its last row is still there
             raise w.died()
         word = 6 if row else 0
         hdr = w.segment.hdr
+        if hdr is not None and hdr[slot, word] != seq and not hdr[slot, 5]:
+            self._service._flush()  # about to wait: what was taken must reach the workers first
         spins, pause = 0, 5e-6
+        deadline = None if wait is None else time.perf_counter() + wait
         while hdr is not None and hdr[slot, word] != seq and not hdr[slot, 5]:
+            if deadline is not None and time.perf_counter() >= deadline:
+                return None
             spins += 1
             if spins > 64:  # not a spin: the workers need the cores
                 if w.dead or not w.process.is_alive():
                     raise w.died()
-                time.sleep(pause)
+                time.sleep(pause if deadline is None else max(0.0, min(pause, deadline - time.perf_counter())))
                 pause = min(pause * 2, 200e-6)
             hdr = w.segment.hdr
         if hdr is None or w.dead:
@@ -479,10 +511,21 @@ class ServiceGrammar:
         return int(self._worker.call("validate", self._slot, toks))  # after what was taken: the pipe keeps order
 
     def rollback(self, k: int) -> None:
-        if k:
-            self._seq = self._worker.call("rollback", self._slot, int(k))
-            self._base, self._off, self._last = None, 0, -1
-            self._count -= k
+        k = int(k)
+        if k < 0 or k > self._count:
+            raise ValueError(f"cannot roll back {k} tokens: {self._count} accepted")
+        if not k:
+            return
+        # the worker undoes the tokens with the next batch; the engine does not wait for it
+        if self._base is not None and k <= self._off:  # back inside the published state, which still answers
+            self._worker.post("back", self._slot, k, None)
+            self._off -= k
+        else:  # back past it: the worker publishes the state it returns to
+            self._seq += 1
+            self._worker.post("back", self._slot, k, self._seq)
+            self._base, self._off = None, 0
+        self._count -= k
+        self._last = -1  # EOS ends a record: the token before the undone ones is not one
 
     def reset(self) -> None:
         self.rollback(self._count)
@@ -497,7 +540,13 @@ class ServiceGrammar:
         write_row(self._ready(row=True).rows[self._slot], bitmask, row, self.words)  # the run's end, or later
 
     def certain_run(self, k: int = 64) -> list[int]:
+        """The certain run from here; with the service's ``draft_wait``, an empty one where the worker has not
+        published it within that time (the forward pass goes on without a draft; the worker keeps computing, and
+        :meth:`fill` waits for the row it needs)."""
         if not self._canonical:
+            return []
+        self._service._flush()  # the draft is the last thing asked before a forward pass: the step's tokens go now
+        if self._base is None and self._ready(wait=self._service.draft_wait) is None:
             return []
         self._ready()
         run = self._base.run  # type: ignore[union-attr]
@@ -506,12 +555,8 @@ class ServiceGrammar:
         return run[self._off:self._off + k]
 
     def is_terminated(self) -> bool:
-        if self._count and self._last in self._eos:
-            return True
-        if self._off:
-            return False
-        self._ready()
-        return self._base.terminated  # type: ignore[union-attr]
+        # a record terminates with the EOS token taken, and nothing is taken after it: known here, no wait
+        return bool(self._count) and self._last in self._eos
 
     def is_complete(self) -> bool:
         if self.is_terminated():
@@ -551,10 +596,17 @@ class ConstraintService:
         Requests each worker holds at once (one mask row each in its segment).
     style, mode, backend
         As for :class:`~.grammar.GrammarCompiler`.
+    draft_wait
+        The longest a request's certain run (its draft) waits for its worker, in seconds: past it the draft is empty
+        and the forward pass goes on without one (``None``, the default: wait for every run).
     """
 
     def __init__(self, vocab: Vocabulary, workers: int = 1, *, slots: int = 256, style: str | int = "compact",
-                 mode: str = "canonical", backend: str | None = None, start_method: str = "spawn"):
+                 mode: str = "canonical", backend: str | None = None, start_method: str = "spawn",
+                 draft_wait: float | None = None):
+        if draft_wait is not None and not draft_wait >= 0:
+            raise ValueError(f"draft_wait={draft_wait!r}: seconds (0 or more), or None to wait for every run")
+        self.draft_wait = draft_wait
         if workers < 1:
             raise ValueError(f"workers={workers}: at least one (in-process grammars need no service)")
         pickle.dumps(vocab)  # fails here, with its reason, if the vocabulary cannot reach a worker
@@ -600,19 +652,35 @@ class ConstraintService:
                 self.replaced += 1
         return self._workers
 
+    def _pick(self, key: str) -> _Worker | None:
+        """The worker for a new request: one that compiled its declaration already (its compile, token tables,
+        plans and rows are kept there and shared by the requests of that declaration) unless it holds more than
+        :data:`AFFINITY_SLACK` requests over the least busy worker; else the least busy one."""
+        live = [w for w in self._healthy() if w.free]
+        if not live:
+            return None
+        least = min(w.open for w in live)
+        holders = [w for w in live if key in w.seen and w.open <= least + AFFINITY_SLACK]
+        return min(holders or live, key=lambda w: w.open)
+
     def open(self, declaration: Any) -> ServiceGrammar:
-        """A new request's grammar for ``declaration`` (a Spec, its JSON form or that JSON as text), in the worker
-        with the fewest open requests. Raises the declaration's typed error if it does not compile."""
+        """A new request's grammar for ``declaration`` (a Spec, its JSON form or that JSON as text), in a worker that
+        compiled the declaration before where that keeps the load even, else in the worker with the fewest open
+        requests. Raises the declaration's typed error if it does not compile."""
         if self._closed:
             raise ServiceError("the constraint service is closed")
         key = declaration_key(declaration)
         for _ in range(2):  # a worker found dead at the first call is replaced, and the request goes to another
             with self._lock:
-                w = min((w for w in self._healthy() if w.free), key=lambda w: w.open, default=None)
+                w = self._pick(key)
                 if w is None:
                     raise ServiceError(f"every worker holds {self.slots} requests: raise slots= or workers=")
                 slot = w.free.pop()
                 w.open += 1
+                w.seen[key] = None
+                w.seen.move_to_end(key)
+                if len(w.seen) > 256:  # the worker's compiler keeps as many
+                    w.seen.popitem(last=False)
             try:
                 seq = w.call("open", slot, key)
             except WorkerDied:
