@@ -531,6 +531,7 @@ class ServiceGrammar:
         self.rollback(self._count)
 
     def fill(self, bitmask: Any, row: int = 0) -> None:
+        self._service.end_draft_budget()
         if self._known() and self._off < len(self._base.run):  # type: ignore[union-attr]  # inside the run
             target = bitmask[row]
             t = self._base.run[self._off]  # type: ignore[union-attr]
@@ -546,7 +547,7 @@ class ServiceGrammar:
         if not self._canonical:
             return []
         self._service._flush()  # the draft is the last thing asked before a forward pass: the step's tokens go now
-        if self._base is None and self._ready(wait=self._service.draft_wait) is None:
+        if self._base is None and self._ready(wait=self._service.draft_time_left()) is None:
             return []
         self._ready()
         run = self._base.run  # type: ignore[union-attr]
@@ -597,8 +598,9 @@ class ConstraintService:
     style, mode, backend
         As for :class:`~.grammar.GrammarCompiler`.
     draft_wait
-        The longest a request's certain run (its draft) waits for its worker, in seconds: past it the draft is empty
-        and the forward pass goes on without one (``None``, the default: wait for every run).
+        The longest the drafts of one step wait for their workers, in seconds (from the step's first
+        ``certain_run`` to its first ``fill``): a draft not published by then is empty and the forward pass goes on
+        without it (``None``, the default: wait for every run).
     """
 
     def __init__(self, vocab: Vocabulary, workers: int = 1, *, slots: int = 256, style: str | int = "compact",
@@ -607,6 +609,7 @@ class ConstraintService:
         if draft_wait is not None and not draft_wait >= 0:
             raise ValueError(f"draft_wait={draft_wait!r}: seconds (0 or more), or None to wait for every run")
         self.draft_wait = draft_wait
+        self._draft_deadline: float | None = None
         if workers < 1:
             raise ValueError(f"workers={workers}: at least one (in-process grammars need no service)")
         pickle.dumps(vocab)  # fails here, with its reason, if the vocabulary cannot reach a worker
@@ -690,6 +693,20 @@ class ConstraintService:
                 raise
             return ServiceGrammar(self, w, slot, seq, self._options["mode"] == "canonical")
         raise ServiceError("constraint workers keep dying at start-up")
+
+    def draft_time_left(self) -> float | None:
+        """How long a draft may still wait for its worker in this step (``None``: no limit). The budget
+        ``draft_wait`` is the step's: it starts at the step's first draft and ends with its first row."""
+        if self.draft_wait is None:
+            return None
+        now = time.perf_counter()
+        if self._draft_deadline is None:
+            self._draft_deadline = now + self.draft_wait
+        return max(0.0, self._draft_deadline - now)
+
+    def end_draft_budget(self) -> None:
+        """A row is asked: the drafts of this step are taken (the next draft starts a new budget)."""
+        self._draft_deadline = None
 
     def _flush(self) -> None:
         """Send every worker the tokens taken since the last read (one message each)."""
