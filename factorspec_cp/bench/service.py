@@ -277,5 +277,6 @@ def run(args: argparse.Namespace) -> int:
                       f"--problems {args.problems} --workloads {','.join(workloads)}")
     res["bench_note"] = getattr(args, "bench_note", None) or ""
     res["xgrammar"] = xgrammar_version()
-    write_report(args, "service", res, report_md(res))
+    name = "service" if set(workloads) == set(WORKLOADS) else "service_" + "-".join(workloads)
+    write_report(args, name, res, report_md(res))
     return 0
