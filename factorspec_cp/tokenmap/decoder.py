@@ -198,8 +198,8 @@ class ChoiceTable:
     admissible; ``checks`` holds ``(k, id, bytes)`` for the tokens that run past what every record with value ``k``
     writes next (into another choice); ``may_finish``: whether the record may end at the state at all.
     ``index_of`` pairs each candidate's index in the field's domain with ``k`` (a session's admissible mask selects
-    candidates with it), ``bits[k]`` are ``ids[k]`` as mask words and bits, and ``rows`` keeps the packed union per
-    selection (the bytes of the selected ``k``), shared by every declaration with the layout."""
+    candidates with it), and ``rows`` keeps the packed union per selection (the bytes of the selected ``k``), shared
+    by every declaration with the layout."""
 
     pointer: str
     field: Any
@@ -210,7 +210,6 @@ class ChoiceTable:
     checks: tuple[tuple[int, int, bytes], ...]
     may_finish: bool
     index_of: tuple[tuple[int, int], ...] = ()
-    bits: tuple[tuple[np.ndarray, np.ndarray], ...] = ()
     rows: OrderedDict[bytes, np.ndarray] = dc_field(default_factory=OrderedDict, compare=False, repr=False)
     size: int = 0
 
@@ -239,9 +238,7 @@ class ChoiceTable:
             return hit
         out = np.zeros(mask_words(self.size), dtype=np.uint32)
         if key:
-            words = np.concatenate([self.bits[k][0] for k in key])
-            bits = np.concatenate([self.bits[k][1] for k in key])
-            np.bitwise_or.at(out, words, bits)
+            np.bitwise_or.at(out, *_word_bits(np.concatenate([self.ids[k] for k in key])))
         row = out.view(np.int32)
         with lock:
             _remember(self.rows, key, row, 64)
@@ -292,7 +289,7 @@ def build_choice_table(layout: Layout, index: TokenIndex, state: State,
         ids.append(np.array(sorted(set(found)), dtype=np.int64))
     everyone = np.array(sorted({i for a in ids for i in a.tolist()}), dtype=np.int64)
     return ChoiceTable(pointer, fld, m, keys, tuple(ids), everyone, tuple(checks), layout.finish(state) is not None,
-                       tuple(sorted(index_of)), tuple(_word_bits(a) for a in ids), size=index.size)
+                       tuple(sorted(index_of)), size=index.size)
 
 
 # ------------------------------------------------------------------------------------------------------ compiled
