@@ -16,10 +16,12 @@ in one of ``N`` worker processes. The grammar the engine holds, :class:`ServiceG
   returns to; ``is_terminated()`` is known from the tokens taken (EOS ends a record);
 - ``validate`` (past the published state) and ``record`` are calls to the worker.
 
-Requests are spread over workers (the one with the fewest open requests). A worker that dies fails its own requests
-only (:class:`WorkerDied`, raised by the next call of each) and is replaced for new ones; a declaration that does
-not compile raises its typed error from :meth:`ConstraintService.open`. Every segment is created and unlinked by the
-service (the parent), so none outlives :meth:`ConstraintService.close` or a killed worker.
+Requests are spread over workers: a declaration's requests go to the worker that compiled it (one compile, shared
+caches) while its load stays within ``AFFINITY_SLACK`` requests of the least busy one, others to the least busy
+worker. A worker that dies fails its own requests only (:class:`WorkerDied`, raised by the next call of each) and is
+replaced for new ones; a declaration that does not compile raises its typed error from :meth:`ConstraintService.open`.
+Every segment is created and unlinked by the service (the parent), so none outlives :meth:`ConstraintService.close`
+or a killed worker.
 
 >>> from factorspec_cp.tokenmap import Vocabulary
 >>> decl = {"type": "object", "required": ["a", "b"], "properties": {
@@ -251,6 +253,8 @@ def _worker_main(conn: Any, segment: str, slots: int, words: int, vocab: Vocabul
                     except Exception:
                         fail(m[1], m[3])
                 for r, q in rows:
+                    if seg.hdr[r, 0] != q:  # the request moved on in this batch (a draft undone): a row nobody reads
+                        continue
                     try:
                         publish_row(r, q)
                     except Exception:
