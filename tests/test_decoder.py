@@ -292,3 +292,33 @@ def test_rejects_and_rollback_bounds() -> None:
         for t in vocab.encode(', "b": 2'):
             dec.consume(t)
     assert dec.output().startswith(b'{"a": 3, "b": ')
+
+
+@pytest.mark.parametrize("mode", ["canonical", "exact"])
+def test_rollback_then_another_token_equals_a_decoder_that_never_rolled_back(mode: str) -> None:
+    """Rolled-back frames are kept for the same tokens taken again; a different token drops them. A walk that rolls
+    back and goes on differently (or the same way) must show, at every position, the masks and certain runs of a
+    fresh decoder fed the walk's tokens from the start."""
+    from factorspec_cp.workloads import trip
+    vocab = Vocabulary.smollm2()
+    ex = next(trip.examples())
+    spec = trip.declaration(trip.problem(ex))
+    rng = random.Random(f"redo/{mode}")
+    for _ in range(2):
+        dec = spec.decoder(vocab, mode=mode)
+        while not dec.is_terminated():
+            ids = dec.allowed_tokens()
+            dec.consume(int(ids[rng.randrange(len(ids))]))
+            if rng.random() < 0.3 and len(dec.tokens) > 2:
+                k = rng.randint(1, min(8, len(dec.tokens) - 1))
+                undone = dec.tokens[-k:]
+                dec.rollback(k)
+                if rng.random() < 0.5:  # the same tokens again, in part
+                    for t in undone[:rng.randint(0, k)]:
+                        dec.consume(t)
+            fresh = spec.decoder(vocab, mode=mode)
+            for t in dec.tokens:
+                fresh.consume(t)
+            assert np.array_equal(dec.allowed_tokens(), fresh.allowed_tokens()), dec.output()
+            assert dec.certain_run(64) == fresh.certain_run(64), dec.output()
+        assert dec.record() == json.loads(dec.output())

@@ -360,13 +360,15 @@ class _Step:
 
 @dataclass
 class _Frame:
-    """One position: the layout state, whether the session got a push for it, and the certain run planned."""
+    """One position: the layout state, whether the session got a push for it (and the field values assigned after
+    it), and the certain run planned."""
 
     state: State
     pushed: bool
     plan: tuple[_Step, ...] | None = None
     terminated: bool = False
     token: int | None = None
+    assigned: tuple[tuple[str, Any], ...] = ()
 
 
 def compiled_for(spec: Spec, vocab: Vocabulary, style: str | int = "compact") -> _Compiled:
@@ -409,6 +411,7 @@ class Decoder:
         self.session = session if session is not None else spec.session(backend)
         self._fields = spec.fields
         self._frames = [_Frame(self.layout.start(), pushed=False)]
+        self._redo: list[_Frame] = []  # frames a rollback undid, the next one last
         self.stats = DecoderStats()
         self._eos = set(vocab.eos_token_ids)
 
@@ -883,21 +886,33 @@ class Decoder:
         if frame.terminated:
             raise TokenRejected("the record is already terminated")
         token = int(token)
+        redo = self._redo
+        if redo:  # the token a rollback undid here: its frame again, as it was (state, plan, assignments)
+            if redo[-1].token == token:
+                again = redo.pop()
+                if again.pushed:
+                    self.session.push()
+                    for p, v in again.assigned:
+                        self.session.assign(p, v)
+                self._frames.append(again)
+                self.stats.consume_seconds += time.perf_counter() - t0
+                return
+            redo.clear()  # another token: what was undone is gone
         plan = self._plan() if self.mode == "canonical" else frame.plan
         if self.mode == "canonical" and plan and token != plan[0].token:
             raise TokenRejected(f"token {token} at a certain position (the certain token is {plan[0].token})")
         step = plan[0] if plan and token == plan[0].token else None
         rest = plan[1:] if step is not None else None
         if step is not None and step.state is not None:  # a planned token: its state is known
+            assigned = tuple((p, v) for p, v in step.events if p in self._fields)
             self.session.push()
             try:
-                for p, v in step.events:
-                    if p in self._fields:
-                        self.session.assign(p, v)
+                for p, v in assigned:
+                    self.session.assign(p, v)
             except BaseException:
                 self.session.pop()
                 raise
-            self._frames.append(_Frame(step.state, pushed=True, plan=rest or None, token=token))
+            self._frames.append(_Frame(step.state, pushed=True, plan=rest or None, token=token, assigned=assigned))
             self.stats.consume_seconds += time.perf_counter() - t0
             return
         if token in self._eos and self.vocab.tokens[token] is None:
@@ -920,6 +935,7 @@ class Decoder:
                 return
         self.session.push()
         st: State | None = frame.state
+        done: list[tuple[str, Any]] = []
         try:
             f = self._admissible()
             i = 0
@@ -936,21 +952,26 @@ class Decoder:
                     for p, v in st.events:
                         if p in self._fields:
                             self.session.assign(p, v)
+                            done.append((p, v))
                     f = self._admissible()  # the assignment changed: a new filter
         except BaseException:
             self.session.pop()
             raise
-        self._frames.append(_Frame(st, pushed=True, plan=rest or None, token=token))  # type: ignore[arg-type]
+        self._frames.append(_Frame(st, pushed=True, plan=rest or None, token=token,  # type: ignore[arg-type]
+                                   assigned=tuple(done)))
         self.stats.consume_seconds += time.perf_counter() - t0
 
     def rollback(self, k: int = 1) -> None:
-        """Undo the last ``k`` tokens (any depth within the request)."""
+        """Undo the last ``k`` tokens (any depth within the request). The frames undone are kept: taking the same
+        tokens again (a verify step's draft, taken to fill the row after it, undone, then committed) restores them
+        without matching or planning again."""
         if k < 0 or k > len(self._frames) - 1:
             raise ValueError(f"cannot roll back {k} tokens: {len(self._frames) - 1} consumed")
         for _ in range(k):
             frame = self._frames.pop()
             if frame.pushed:
                 self.session.pop()
+            self._redo.append(frame)
 
     # -- state --------------------------------------------------------------------------------------------------
     @property
