@@ -290,8 +290,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--constraint-workers", type=int, default=None, metavar="N",
                    help="constraint worker processes per server process (0: in-process)")
     s.add_argument("--draft-wait", type=float, default=None, metavar="MS",
-                   help="with constraint workers: the longest a certain run waits for its worker before the forward "
-                        "pass goes on without it (default: wait for every run)")
+                   help="with constraint workers: the longest one step's drafts wait for their workers before the "
+                        "forward pass goes on without the ones not published (default: wait for every run)")
     s.add_argument("--dry-run", action="store_true", help="print the command lines and exit")
     s.add_argument("extra", nargs=argparse.REMAINDER, help="after --: more server arguments")
     s.set_defaults(fn=cmd_serve)

@@ -91,7 +91,7 @@ def replay(grammars: list[Any], streams: list[tuple[list[int], list[bool]]], wor
     sleep); then the masks its logits need: the row at the current position and, past a draft, the row where the
     token after it is sampled (``accept`` the draft, ``fill``, ``rollback``: what vLLM's scheduler does for a
     verified draft; the rows inside a canonical draft are its tokens). The step commits the draft and the next gold
-    token. Returns the engine thread's seconds per step, the tokens drafted and committed, host CPU seconds."""
+    token. Returns the engine thread's seconds per step, the tokens drafted, host CPU seconds."""
     n = len(grammars)
     cur = np.zeros((n, words), dtype=np.int32)
     after = np.zeros((n, words), dtype=np.int32)
@@ -138,8 +138,7 @@ def replay(grammars: list[Any], streams: list[tuple[list[int], list[bool]]], wor
             drafted += len(d)
     wall = time.perf_counter() - wall0
     cpu = time.process_time() + sum(_proc_cpu(p) for p in pids) - cpu0
-    return {"steps": steps, "cpu": cpu, "wall": wall, "drafted": drafted,
-            "committed": sum(len(t) for t, _ in streams)}
+    return {"steps": steps, "cpu": cpu, "wall": wall, "drafted": drafted}
 
 
 def run_service(flights: list[int], workers: list[int], forward_ms: float, cap: int, per_workload: int,

@@ -238,8 +238,8 @@ class GrammarCompiler:
         Constraint worker processes (:mod:`~.service`): 0 keeps every session in-process; ``None`` (the default)
         reads ``$FACTORSPEC_CONSTRAINT_WORKERS`` (unset: 0), the switch server processes take.
     draft_wait
-        With workers: the longest a certain run waits for its worker, in seconds, before the forward pass goes on
-        without it (:class:`~.service.ConstraintService`); ``None`` (the default) reads
+        With workers: the longest one step's drafts wait for their workers, in seconds, before the forward pass
+        goes on without the ones not published (:class:`~.service.ConstraintService`); ``None`` (the default) reads
         ``$FACTORSPEC_DRAFT_WAIT_MS`` (unset: wait for every run).
     """
 

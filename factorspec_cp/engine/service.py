@@ -9,8 +9,8 @@ in one of ``N`` worker processes. The grammar the engine holds, :class:`ServiceG
   not), then computes the next mask row and certain run into the request's slot of a shared-memory segment while
   the engine goes on (its forward pass);
 - ``fill(bitmask, row)`` and ``certain_run(k)`` read the slot, waiting only if the worker has not written it yet (a
-  sequence number in the slot says which state it holds); with ``draft_wait`` a certain run waits at most that long
-  and is otherwise empty (the forward pass goes on without a draft);
+  sequence number in the slot says which state it holds); with ``draft_wait`` the step's certain runs wait at most that
+  long in all and are otherwise empty (the forward pass goes on without those drafts);
 - ``rollback(k)`` is sent on like an accept, without a wait: inside the published state (a verify step's draft taken
   to fill the row after it, then undone) the state still answers, and past it the worker publishes the state it
   returns to; ``is_terminated()`` is known from the tokens taken (EOS ends a record);
@@ -66,8 +66,8 @@ RUN_MAX = 64
 AFFINITY_SLACK = 4
 #: the environment switch server processes read (``factorspec serve --constraint-workers N`` sets it)
 WORKERS_ENV = "FACTORSPEC_CONSTRAINT_WORKERS"
-#: how long a draft may wait for a worker, in milliseconds (``factorspec serve --draft-wait MS`` sets it); unset: as
-#: long as the worker takes
+#: how long one step's drafts may wait for their workers, in milliseconds (``factorspec serve --draft-wait MS`` sets
+#: it); unset: as long as the workers take
 DRAFT_WAIT_ENV = "FACTORSPEC_DRAFT_WAIT_MS"
 _PREFIX = "factorspec-"
 _HDR = 8  # int64 per slot: run seq, terminated, complete, run length, has row, error, row seq, spare
@@ -93,7 +93,8 @@ def draft_wait_from_env() -> float | None:
     except ValueError:
         ms = -1.0
     if not ms >= 0:
-        raise ValueError(f"{DRAFT_WAIT_ENV}={raw!r}: milliseconds a draft may wait for a worker (0 or more)")
+        raise ValueError(f"{DRAFT_WAIT_ENV}={raw!r}: milliseconds a step's drafts may wait for their workers "
+                         "(0 or more)")
     return ms / 1e3
 
 

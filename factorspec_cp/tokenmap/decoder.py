@@ -194,25 +194,20 @@ class ChoiceTable:
     with it, or when it runs further and a check of its bytes under the solver says so. Built once per (layout,
     state, vocabulary) from the layout alone; a mask there is the union of the admissible values' ids.
 
-    ``keys`` maps ``jkey(value)`` to its index ``k``; ``ids[k]`` are the token ids admitted whenever value ``k`` is
-    admissible; ``checks`` holds ``(k, id, bytes)`` for the tokens that run past what every record with value ``k``
-    writes next (into another choice); ``may_finish``: whether the record may end at the state at all.
-    ``index_of`` pairs each candidate's index in the field's domain with ``k`` (a session's admissible mask selects
-    candidates with it), and ``rows`` keeps the packed union per selection (the bytes of the selected ``k``), shared
-    by every declaration with the layout."""
+    ``ids[k]`` are the token ids admitted whenever candidate ``k`` is admissible; ``checks`` holds ``(k, id, bytes)``
+    for the tokens that run past what every record with candidate ``k`` writes next (into another choice);
+    ``may_finish``: whether the record may end at the state at all; ``index_of`` pairs each candidate's index in the
+    field's domain with ``k`` (a session's admissible mask selects candidates with it). ``rows`` keeps the packed
+    union per selection (the bytes of the selected ``k``) and ``by_mask`` the row per admissible mask, shared by
+    every declaration with the layout."""
 
     pointer: str
-    field: Any
-    matcher: Any
-    keys: dict[Any, int]
     ids: tuple[np.ndarray, ...]
-    everyone: np.ndarray
     checks: tuple[tuple[int, int, bytes], ...]
     may_finish: bool
-    index_of: tuple[tuple[int, int], ...] = ()
+    index_of: tuple[tuple[int, int], ...]
+    size: int
     rows: OrderedDict[bytes, np.ndarray] = dc_field(default_factory=OrderedDict, compare=False, repr=False)
-    size: int = 0
-
     by_mask: OrderedDict[bytes, np.ndarray] = dc_field(default_factory=OrderedDict, compare=False, repr=False)
 
     def row_for(self, mask: bytes, lock: threading.Lock) -> np.ndarray:
@@ -255,19 +250,17 @@ def build_choice_table(layout: Layout, index: TokenIndex, state: State,
                        choice: tuple[str, Any, EnumSlot, bytes, bytes]) -> ChoiceTable | None:
     """The :class:`ChoiceTable` at ``state``, where :meth:`Layout.value_choice` found ``choice``; ``None`` where its
     candidates are more than :data:`CHOICE_MAX` or a value typed whole may go on."""
-    pointer, fld, m, before, sub = choice
+    pointer, _, m, before, sub = choice
     lo, hi = m._span(sub)
     if not lo < hi or hi - lo > CHOICE_MAX or len(m.renders[lo]) == len(sub) and not before:
         return None  # nothing to choose, too many, or a value typed whole that may go on (1 of 1..15): the walk
     toks, tids, by_bytes = index.toks, index.ids, index.by_bytes
     domain = layout.compiled.fields.get(pointer)  # the session's field at the pointer (a union's may differ)
-    keys: dict[Any, int] = {}
     ids: list[np.ndarray] = []
     checks: list[tuple[int, int, bytes]] = []
     index_of: list[tuple[int, int]] = []
     for k, r in enumerate(m.renders[lo:hi]):
         v = m.by_render[r]
-        keys[jkey(v)] = k
         if domain is not None and v in domain:
             index_of.append((domain.index(v), k))
         s = before + r[len(sub):]
@@ -287,9 +280,8 @@ def build_choice_table(layout: Layout, index: TokenIndex, state: State,
                 elif after is not None and layout.advance(after, x, admissible=only) is not None:
                     checks.append((k, int(tids[i]), toks[i]))
         ids.append(np.array(sorted(set(found)), dtype=np.int64))
-    everyone = np.array(sorted({i for a in ids for i in a.tolist()}), dtype=np.int64)
-    return ChoiceTable(pointer, fld, m, keys, tuple(ids), everyone, tuple(checks), layout.finish(state) is not None,
-                       tuple(sorted(index_of)), size=index.size)
+    return ChoiceTable(pointer, tuple(ids), tuple(checks), layout.finish(state) is not None, tuple(sorted(index_of)),
+                       index.size)
 
 
 # ------------------------------------------------------------------------------------------------------ compiled
@@ -710,24 +702,30 @@ class Decoder:
                     return None
                 tables = self._c.string_masks(slot).tables
                 return tables, (bytes(before), tail, slot.dfa.min_len, slot.dfa.max_len)
-            jump = layout.forced_bytes(st)  # unfiltered: fixed syntax only (a field slot's bytes: None)
-            if jump is None:  # the free string's opening quote, or no opening
-                slot = layout.slot(st)
-                nxt = layout.allowed_next_bytes(st) if slot is not None and slot.kind == "free" else ()
-                if len(nxt) != 1:
-                    return None
-                data = bytes(nxt)
-            else:
-                data, at = jump
-                if len(data) > 1:
-                    before += data[:-1]
-                    st = at(len(data) - 1)
-            st2 = layout.advance(st, data[-1:])
-            if st2 is None or st2.events:
+            step = self._syntax_step(st, quote=True)
+            if step is None:
                 return None
-            before += data[-1:]
-            st = st2
+            data, st = step
+            before += data
         return None
+
+    def _syntax_step(self, st: State, quote: bool = False) -> tuple[bytes, State] | None:
+        """The rest of the fixed syntax at ``st`` (with ``quote``, or a free string's opening quote) and the state
+        after it, on the layout alone: ``None`` at a field slot or where a value completes."""
+        layout = self.layout
+        jump = layout.forced_bytes(st)  # unfiltered: fixed syntax only (a field slot's bytes: None)
+        if jump is None:
+            slot = layout.slot(st) if quote else None
+            nxt = layout.allowed_next_bytes(st) if slot is not None and slot.kind == "free" else ()
+            if len(nxt) != 1:
+                return None
+            data = bytes(nxt)
+        else:
+            data, at = jump
+            if len(data) > 1:
+                st = at(len(data) - 1)
+        after = layout.advance(st, data[-1:])
+        return None if after is None or after.events else (data, after)
 
     def _syntax_tail(self, st: State, limit: int = 64) -> bytes | None:
         """The bytes after the free string at ``st`` when they are fixed syntax to the record's end (on the layout
@@ -738,18 +736,11 @@ class Decoder:
         while after is not None and len(out) <= limit:
             if layout.accepting(after):
                 return bytes(out) if not layout.some_next_bytes(after, 1) else None
-            jump = layout.forced_bytes(after)
-            if jump is None:
+            step = self._syntax_step(after)
+            if step is None:
                 return None
-            data, at = jump
-            if len(data) > 1:
-                out += data[:-1]
-                after = at(len(data) - 1)
-            nxt = layout.advance(after, data[-1:])
-            if nxt is None or nxt.events:
-                return None
-            out += data[-1:]
-            after = nxt
+            data, after = step
+            out += data
         return None
 
     def fill_mask(self, row: np.ndarray) -> None:
