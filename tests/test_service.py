@@ -53,7 +53,8 @@ def _cases(vocab):
 
 def test_service_grammars_match_in_process_ones_token_by_token(service, vocab):
     """Four requests (two trips, two tool calls) interleaved over two workers: at every position the mask row, the
-    certain run, ``is_terminated`` and ``validate`` of the worker's grammar equal an in-process grammar's."""
+    certain run, ``is_terminated``, ``is_complete`` and ``validate`` of the worker's grammar equal an in-process
+    grammar's (after EOS too)."""
     local = GrammarCompiler(vocab, workers=0)
     cases = _cases(vocab)
     remote = [service.open(spec) for spec, _ in cases]
@@ -74,8 +75,9 @@ def test_service_grammars_match_in_process_ones_token_by_token(service, vocab):
             assert g.validate(toks[k:k + 5]) == r.validate(toks[k:k + 5])
             assert g.accept([toks[k]]) and r.accept([toks[k]])
             assert g.is_terminated() == r.is_terminated() and g.num_tokens == r.num_tokens
+            assert g.is_complete() == r.is_complete(), k
     for g, r in zip(remote, ref):
-        assert g.is_terminated() and g.record() == r.record()
+        assert g.is_terminated() and g.is_complete() and r.is_complete() and g.record() == r.record()
         g.rollback(3)
         r.rollback(3)
         g.fill(a, 0)

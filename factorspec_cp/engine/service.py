@@ -565,8 +565,8 @@ class ServiceGrammar:
         return bool(self._count) and self._last in self._eos
 
     def is_complete(self) -> bool:
-        if self.is_terminated():
-            return False
+        if self.is_terminated():  # a terminated record is complete (as the decoder and the in-process grammar say)
+            return True
         if not self._off:
             self._ready()
             return self._base.complete  # type: ignore[union-attr]
