@@ -8,7 +8,8 @@
 # plugin, server-argument, grammar, sampling and speculative modules import (pinned below, torch at the CPU 2.13.0
 # build), and two stand-ins (scripts/sglang_standins.py) for modules it imports on that path but never calls:
 # torchvision (whose PyPI builds do not load against this torch) and sgl_kernel.speculative. Then the project, whose
-# `sglang.srt.plugins` entry point SGLang's load_plugins() finds. Idempotent: a second run only re-checks.
+# `sglang.srt.plugins` entry point SGLang's load_plugins() finds. Idempotent: a second run only re-checks; run with
+# another SGLANG_VERSION over an existing environment, it swaps sglang and the pins that differ (what .ci/run does).
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 venv="${1:-$here/.venv-sglang}"
