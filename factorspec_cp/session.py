@@ -17,8 +17,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from .checks import compile_narrowing
 from .encoders.base import Backend
 from .errors import BackendUnsupported, InvalidAssignment
+from .relations import Table
 from .repair import WIDE_REPAIR_STEPS, WIDE_REPAIR_TRIES, Repairer, compile_checks
 from .schema import jkey
 from .witnesses import Interval, Known, Run, State, clip, from_indices, restrict, span
@@ -39,6 +43,9 @@ WIDE_REUSE = 1
 #: values are asked (two optimizations) and all outside them refuted (over 40 meeting problems: 1,025 solves
 #: instead of 1,099 and the open p99 about 15% lower, min of 3 runs).
 WIDE_BOUNDS = True
+#: A field's values that a relation rules out on its own under the assignment are refuted without a solve when the
+#: session first asks about the field (node consistency, :func:`~factorspec_cp.checks.narrowing`).
+NARROW = True
 
 
 @dataclass
@@ -115,6 +122,7 @@ class Session:
         self._pos = {p: k for k, p in enumerate(self._paths)}
         self.wide_domain = WIDE_DOMAIN
         self._repairer = Repairer.of(spec, instances, self._paths, cache=_relations is None)
+        self._narrows: dict[str, list[Any]] = {}  # per field: the relations reading it (see _narrow)
         if _check and not self._state()[0].sat:
             raise spec.unsatisfiable()
 
@@ -236,7 +244,32 @@ class Session:
             pos = self._pos[path]
             for run in st.runs:
                 known.mark(*span(run, pos))
+            if NARROW and path not in st.fixed:
+                self._narrow(st, path, known)
         return known
+
+    def _narrow(self, st: State, path: str, known: Known) -> None:
+        """Refute, without a solve, the values of ``path`` that a relation rules out on its own under ``st``'s
+        assignment (:func:`~factorspec_cp.checks.narrowing`: a pinned entry's person, a time outside its window,
+        the start of someone not met). Sound: every valid record satisfies each relation."""
+        narrows = self._narrows.get(path)
+        if narrows is None:  # (relation, the other fields it reads, whether it is a table: projected with them free)
+            narrows = self._narrows[path] = [
+                (inst.relation, [p for p in dict.fromkeys(inst.scope) if p != path], type(inst.relation) is Table)
+                for inst in self._repairer.touching.get(path, ())]
+        fixed = st.fixed
+        allowed = None
+        for rel, others, table in narrows:
+            if not table and not all(p in fixed for p in others):
+                continue  # decides nothing yet: not even compiled (most relations, early in a record)
+            m = compile_narrowing(self.spec, rel)(path, fixed)
+            if m is not None:
+                allowed = m if allowed is None else allowed & m
+        if allowed is None or allowed.all():
+            return
+        out = np.flatnonzero(~allowed)
+        cut = np.flatnonzero(out[1:] - out[:-1] != 1)  # runs of ruled-out indices, as intervals
+        known.refute(zip(out[np.concatenate(([0], cut + 1))].tolist(), out[np.append(cut, out.size - 1)].tolist()))
 
     def _add(self, st: State, witness: dict[str, int], group: tuple[int, ...] = (), lo: int = 0,
              hi: int = 0, base: tuple[int, ...] | None = None) -> tuple[int, ...]:
