@@ -46,12 +46,7 @@ def compiled(rel: Any, fields: Mapping[str, Field], memo: dict[Any, Any]) -> Che
         return lambda idx, vals: any(sub(idx, vals) for sub in subs)
     if kind is Table:
         paths = list(rel.fields)
-        rows = set()
-        for row in rel.rows:  # a row with a value outside a field's domain matches no record
-            try:
-                rows.add(tuple(fields[p].index(v) for p, v in zip(paths, row)))
-            except KeyError:
-                continue
+        rows = set(table_rows(rel, fields, memo))
         allow = rel.allow
         return lambda idx, vals: (tuple(idx[p] for p in paths) in rows) == allow
     if kind is Compare and is_path(rel.left) != is_path(rel.right):
@@ -62,6 +57,8 @@ def compiled(rel: Any, fields: Mapping[str, Field], memo: dict[Any, Any]) -> Che
 
 
 # ------------------------------------------------------------------------------------------------------ narrowing
+#: The kinds :func:`narrowing` can answer for (any other gives ``None``; subclasses too, as in :func:`compiled`).
+NARROWED = frozenset({Linear, Compare, Implies, Any_, Table})
 #: A table with more rows than this is not projected by :func:`narrowing` (a pass over its rows per question).
 NARROW_TABLE_ROWS = 512
 #: Linear columns whose values reach this are left to the solver (numpy's int64 sums must stay exact).
@@ -167,12 +164,7 @@ def narrowing(rel: Any, fields: Mapping[str, Field], memo: dict[Any, Any]) -> Na
         return either
     if kind is Table and rel.allow and len(rel.rows) <= NARROW_TABLE_ROWS and len(set(rel.fields)) == len(rel.fields):
         paths = list(rel.fields)
-        rows = []
-        for row in rel.rows:  # a row with a value outside a field's domain matches no record
-            try:
-                rows.append(tuple(fields[p].index(v) for p, v in zip(paths, row)))
-            except KeyError:
-                continue
+        rows = table_rows(rel, fields, memo)
         seen: dict[Any, Any] = {}
 
         def project(path: str, fixed: Mapping[str, int]) -> Any:
@@ -192,6 +184,22 @@ def narrowing(rel: Any, fields: Mapping[str, Field], memo: dict[Any, Any]) -> Na
             return hit
         return project
     return lambda path, fixed: None
+
+
+def table_rows(rel: Table, fields: Mapping[str, Field], memo: dict[Any, Any]) -> list[tuple[int, ...]]:
+    """A table's rows as value-index tuples (a row with a value outside a field's domain matches no record: left
+    out), kept in ``memo`` by the relation's identity: its check and its narrowing read the same list."""
+    key = ("table rows", id(rel))
+    hit = memo.get(key)
+    if hit is None or hit[0] is not rel:
+        rows = []
+        for row in rel.rows:
+            try:
+                rows.append(tuple(fields[p].index(v) for p, v in zip(rel.fields, row)))
+            except KeyError:
+                continue
+        hit = memo[key] = (rel, rows)  # the relation is kept with its rows, so its id stays its own
+    return hit[1]  # type: ignore[no-any-return]
 
 
 def _column(col: Any, memo: dict[Any, Any]) -> Any:

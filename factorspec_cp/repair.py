@@ -48,6 +48,7 @@ class Repairer:
         fields = spec.fields
         self.siblings: dict[str, list[str]] = {}
         self._convex: dict[tuple[int, frozenset[str]], bool] = {}  # (relation, moved fields) -> convex_shift
+        self.narrows: dict[str, list[Any]] = {}  # per field, what Session._narrow reads (built there, kept here)
         by_parent: dict[str, list[str]] = {}  # grouped first: a 10,000-element array has 20,000 paths
         for q in self.paths:
             by_parent.setdefault(q.rsplit("/", 1)[0], []).append(q)

@@ -62,7 +62,7 @@ def clip(intervals: Iterable[Interval], size: int) -> list[Interval]:
 class Known:
     """One field's value indices under one assignment: witnessed, refuted or unknown (see the module doc)."""
 
-    __slots__ = ("status", "known", "refuted", "probed", "bounded", "_mask")
+    __slots__ = ("status", "known", "refuted", "probed", "bounded", "narrowed", "_mask")
 
     def __init__(self, size: int, ancestor: Known | None = None):
         if ancestor is None:
@@ -74,6 +74,7 @@ class Known:
         self.known = 0
         self.probed = False  # whether a solve asked for any value not witnessed (see Session._among)
         self.bounded = False  # whether the least and greatest admissible values were asked
+        self.narrowed = False  # whether the values a relation rules out on its own were refuted (Session._narrow)
         self._mask: bytes | None = None
 
     @property
