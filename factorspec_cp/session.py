@@ -13,6 +13,7 @@ rest together; the decoder asks it for the values under each next byte (:meth:`S
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,11 @@ WIDE_BOUNDS = True
 #: A field's values that a relation rules out on its own under the assignment are refuted without a solve, before
 #: the first solve about the field under it (node consistency, :func:`~factorspec_cp.checks.narrowing`).
 NARROW = True
+#: A new state inherits from the largest of the last this many states whose assignment it extends, where that is
+#: larger than the largest prefix of its own assignment order: a decoder assigns certain values late and in record
+#: order, so the state its planner asked a field's questions under is often not such a prefix (meeting planning:
+#: each start field was asked twice, once before and once after its entry's certain person, place and meeting).
+RECENT_PARENTS = 8
 
 
 @dataclass
@@ -117,6 +123,7 @@ class Session:
         self._stack: list[tuple[dict[str, Any], dict[str, int], tuple[tuple[str, int], ...] | None]] = []
         self._fkey: tuple[tuple[str, int], ...] | None = ()  # :meth:`fixed_key`, kept until the assignment changes
         self._states: dict[tuple[tuple[str, int], ...], State] = {}
+        self._recent: deque[State] = deque(maxlen=RECENT_PARENTS)  # the states made last (parents, :meth:`_derive`)
         self._scope = set(p for i in instances for p in i.scope)
         self._paths = [p for p in spec.fields if p in self._scope]  # the order of a record's value indices
         self._pos = {p: k for k, p in enumerate(self._paths)}
@@ -214,22 +221,34 @@ class Session:
         return st, fixed
 
     def _derive(self, fixed: dict[str, int]) -> State:
-        """A new state, inheriting from the nearest known assignment it extends (dropping the latest fields first):
-        the runs that agree with the extra fields, and (through ``parent``) every refutation."""
+        """A new state, inheriting from the largest known assignment it extends, found among the prefixes of its
+        assignment order (dropping the latest fields first) and the states made last: the runs that agree with the
+        extra fields, and (through ``parent``) every refutation. Any extended assignment is sound: its valid records
+        that agree with the extra fields are valid here, and what it refutes is refuted here."""
         items = list(fixed.items())
+        parent = None
         for cut in range(len(items) - 1, -1, -1):
             parent = self._states.get(tuple(sorted(items[:cut])))
-            if parent is None:
-                continue
-            extra = [(self._pos[p], k) for p, k in items[cut:]]
-            runs = [r for r in (restrict(run, extra) for run in parent.runs) if r is not None]
+            if parent is not None:
+                break
+        size = -1 if parent is None else len(parent.fixed)
+        for st in self._recent:
+            n = len(st.fixed)
+            if size < n < len(items) and all(fixed.get(p) == k for p, k in st.fixed.items()):
+                parent, size = st, n
+        if parent is None:
+            st = State(dict(fixed))
+        else:
+            extra = [(p, k) for p, k in items if p not in parent.fixed]
+            runs = [r for r in (restrict(run, [(self._pos[p], k) for p, k in extra]) for run in parent.runs)
+                    if r is not None]
             st = State(dict(fixed), runs=runs, parent=parent)
             if runs:
                 st.sat = True
-            elif parent.sat is False or any(self._refuted(parent, p, k) for p, k in items[cut:]):
+            elif parent.sat is False or any(self._refuted(parent, p, k) for p, k in extra):
                 st.sat = False
-            return st
-        return State(dict(fixed))
+        self._recent.append(st)
+        return st
 
     def _refuted(self, st: State, path: str, k: int) -> bool:
         known = st.known.get(path) or st.ancestor_known(path)
@@ -448,7 +467,10 @@ class Session:
                 break  # pending groups stay False: refuted, or (past the time budget) not admitted
             self._repair(st, path, self._add(st, w), [groups[i] for i in pending])
             if WIDE_BOUNDS and f.size > self.wide_domain and not known.bounded:  # not certain: bound it
-                self._bound(st, path, known)
+                if known.tight():  # both ends already witnessed, all beyond them refuted (an ancestor's bounds)
+                    known.bounded = True
+                else:
+                    self._bound(st, path, known)
             for i in pending:
                 out[i] = known.any_known(groups[i])
             pending = [i for i in pending if not out[i] and known.unknown(groups[i])]

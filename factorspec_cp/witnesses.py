@@ -12,8 +12,10 @@ intervals of indices (``find``, a regex over zeros) run at C speed on domains of
 
 >>> k = Known(10)
 >>> k.mark(2, 4); k.refute([(0, 1)])
->>> k.any_known([(5, 9)]), k.unknown([(0, 9)]), k.known_indices()
-(False, [(5, 9)], [2, 3, 4])
+>>> k.any_known([(5, 9)]), k.unknown([(0, 9)]), k.known_indices(), k.tight()
+(False, [(5, 9)], [2, 3, 4], False)
+>>> k.refute([(5, 9)]); k.tight()
+True
 """
 
 from __future__ import annotations
@@ -109,6 +111,16 @@ class Known:
             if n:
                 st[a:b + 1] = seg.translate(_REFUTE)
                 self.refuted += n
+
+    def tight(self) -> bool:
+        """Whether the least and the greatest index not refuted are both witnessed: then they are the least and
+        greatest admissible values (what ``Session._bound`` would prove), as where an assignment this one extends
+        was bounded and its witnesses at both ends hold here too."""
+        st = self.status
+        lo = len(st) - len(st.lstrip(b"\x02"))
+        if lo == len(st):
+            return True
+        return st[lo] == 1 and st[len(st.rstrip(b"\x02")) - 1] == 1
 
     def any_known(self, intervals: Iterable[Interval]) -> bool:
         st = self.status
