@@ -467,29 +467,36 @@ class Session:
                 break  # pending groups stay False: refuted, or (past the time budget) not admitted
             self._repair(st, path, self._add(st, w), [groups[i] for i in pending])
             if WIDE_BOUNDS and f.size > self.wide_domain and not known.bounded:  # not certain: bound it
-                if known.tight():  # both ends already witnessed, all beyond them refuted (an ancestor's bounds)
-                    known.bounded = True
-                else:
-                    self._bound(st, path, known)
+                self._bound(st, path, known)
             for i in pending:
                 out[i] = known.any_known(groups[i])
             pending = [i for i in pending if not out[i] and known.unknown(groups[i])]
         return out
 
     def _bound(self, st: State, path: str, known: Known) -> None:
-        """The least and greatest admissible values of a wide field (two proven optimizations, where the backend
-        optimizes): both witnessed, everything outside them refuted."""
+        """The least and greatest admissible values of a wide field (a proven optimization for each, where the
+        backend optimizes): both witnessed, everything outside them refuted. An end already witnessed with all
+        beyond it refuted (an ancestor's bound, narrowing and a repaired witness) is not asked again."""
         known.bounded = True
+        ends = known.ends()
+        if ends is None:
+            return
+        least, greatest = known.status[ends[0]] != 1, known.status[ends[1]] != 1
+        if not (least or greatest):
+            return
         t, n = time.perf_counter(), self._backend.solves
-        res = self._backend.bounds(st.fixed, path, time_limit=self.time_limit)
+        res = self._backend.bounds(st.fixed, path, time_limit=self.time_limit, least=least, greatest=greatest)
         self.stats.solves += self._backend.solves - n
         self.stats.solve_seconds += time.perf_counter() - t
         if self._backend.timed_out:
             self.stats.incomplete += 1
         if res is None:
             return
-        lo, hi = (self._add(st, w)[self._pos[path]] for w in res)
-        known.refute([(0, lo - 1), (hi + 1, known.size - 1)])
+        pos = self._pos[path]
+        if res[0] is not None:
+            known.refute([(0, self._add(st, res[0])[pos] - 1)])
+        if res[1] is not None:
+            known.refute([(self._add(st, res[1])[pos] + 1, known.size - 1)])
 
     def _repair(self, st: State, path: str, base: tuple[int, ...],
                 targets: Sequence[Sequence[Interval]] | None = None) -> None:

@@ -112,15 +112,20 @@ class Known:
                 st[a:b + 1] = seg.translate(_REFUTE)
                 self.refuted += n
 
+    def ends(self) -> tuple[int, int] | None:
+        """The least and the greatest index not refuted (``None``: every index is refuted)."""
+        st = self.status
+        lo = len(st) - len(st.lstrip(b"\x02"))
+        if lo == len(st):
+            return None
+        return lo, len(st.rstrip(b"\x02")) - 1
+
     def tight(self) -> bool:
         """Whether the least and the greatest index not refuted are both witnessed: then they are the least and
         greatest admissible values (what ``Session._bound`` would prove), as where an assignment this one extends
         was bounded and its witnesses at both ends hold here too."""
-        st = self.status
-        lo = len(st) - len(st.lstrip(b"\x02"))
-        if lo == len(st):
-            return True
-        return st[lo] == 1 and st[len(st.rstrip(b"\x02")) - 1] == 1
+        ends = self.ends()
+        return ends is None or self.status[ends[0]] == 1 and self.status[ends[1]] == 1
 
     def any_known(self, intervals: Iterable[Interval]) -> bool:
         st = self.status

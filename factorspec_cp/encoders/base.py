@@ -120,10 +120,11 @@ class Backend(ABC):
     def solve(self, fixed: Fixed, excluded: Excluded | None = None, enabled: set[int] | None = None,
               time_limit: float | None = None, *, allowed: Allowed | None = None) -> dict[str, int] | None: ...
 
-    def bounds(self, fixed: Fixed, path: str,
-               time_limit: float | None = None) -> tuple[dict[str, int], dict[str, int]] | None:
+    def bounds(self, fixed: Fixed, path: str, time_limit: float | None = None, *, least: bool = True,
+               greatest: bool = True) -> tuple[dict[str, int] | None, dict[str, int] | None] | None:
         """Witnesses with the least and the greatest value index ``path`` takes in valid records under ``fixed``,
-        each proven (an optimization); ``None`` where the backend does not optimize or the proof ran out of time."""
+        each proven (an optimization), for the ends asked (``None`` in the place of one not asked); ``None`` where
+        the backend does not optimize or a proof ran out of time."""
         return None
 
     def close(self) -> None:

@@ -299,13 +299,17 @@ class CpsatBackend(Backend):
               time_limit: float | None = None, *, allowed: Allowed | None = None) -> dict[str, int] | None:
         return self._solve(fixed, excluded, enabled, time_limit, allowed)[0]
 
-    def bounds(self, fixed: Fixed, path: str,
-               time_limit: float | None = None) -> tuple[dict[str, int], dict[str, int]] | None:
-        """Witnesses with the least and the greatest value index of ``path`` (two optimizations, each proven)."""
+    def bounds(self, fixed: Fixed, path: str, time_limit: float | None = None, *, least: bool = True,
+               greatest: bool = True) -> tuple[dict[str, int] | None, dict[str, int] | None] | None:
+        """Witnesses with the least and the greatest value index of ``path`` (an optimization for each end asked,
+        each proven)."""
         if path not in self.var_index or path in fixed:
             return None
-        out = []
-        for coef in (1, -1):
+        out: list[dict[str, int] | None] = []
+        for coef, asked in ((1, least), (-1, greatest)):
+            if not asked:
+                out.append(None)
+                continue
             w, optimal = self._solve(fixed, None, None, time_limit, None, (self.var_index[path], coef))
             if w is None or not optimal:
                 return None
