@@ -410,12 +410,20 @@ class Decoder:
     def prime(self) -> Decoder:
         """Do now the work the first token would wait for (a server runs this while the prompt is prefilled, off
         its step loop): the session's root pass (:meth:`Session.prepare`) and, in canonical mode, the certain run
-        from the start, which for a record the declaration fixes is the whole record. Returns the decoder."""
+        from the start, which for a record the declaration fixes is the whole record, and the mask row where that
+        run ends (the model's first choice, sampled from the logits of the step that verifies the run: its tokens
+        are taken and undone here, so taking them again restores their frames and the row is a cache hit; a
+        constraint worker publishes the same row when a request opens). Returns the decoder."""
         t = time.perf_counter()
         self.session.prepare()
         self.stats.solver_seconds += time.perf_counter() - t
         if self.mode == "canonical" and len(self._frames) == 1:
-            self._plan()
+            plan = self._plan()
+            if not plan or plan[-1].state is not None:  # (a run ending with EOS: nothing is chosen after it)
+                for step in plan:
+                    self.consume(step.token)
+                self._exact_row()
+                self.rollback(len(plan))
         return self
 
     def _repr_html_(self) -> str:
