@@ -268,10 +268,11 @@ class Session:
 
     def _narrow(self, st: State, path: str, known: Known) -> None:
         """Refute, without a solve, the values of ``path`` that a relation rules out on its own under ``st``'s
-        assignment (:func:`~factorspec_cp.checks.narrowing`: a pinned entry's person, a time outside its window,
-        the start of someone not met). Sound: every valid record satisfies each relation. Done once per field and
-        assignment, and only where a solve would come next (where witnesses already answer, it would cost more
-        than it saves: on trip planning a tenth of a millisecond per field)."""
+        assignment and the fields known to be certain there (:func:`~factorspec_cp.checks.narrowing`: a pinned
+        entry's person, a time outside its window, the start of someone not met, whose certain ``meet: false`` the
+        decoder has not written yet). Sound: every valid record satisfies each relation, and has the certain
+        values. Done once per field and assignment, and only where a solve would come next (where witnesses already
+        answer, it would cost more than it saves: on trip planning a tenth of a millisecond per field)."""
         if known.narrowed or not NARROW or path in st.fixed:
             return
         known.narrowed = True
@@ -280,17 +281,21 @@ class Session:
             narrows = self._repairer.narrows[path] = [
                 (inst.relation, [p for p in dict.fromkeys(inst.scope) if p != path], type(inst.relation) is Table)
                 for inst in self._repairer.touching.get(path, ()) if type(inst.relation) in NARROWED]
-        fixed = st.fixed
-        allowed = None
+        fixed = st.fixed  # and, as if assigned, the fields known to be certain under st or an assignment it extends:
+        allowed = None  # every valid record extending st has their one value (a decoder assigns them as it writes)
         for rel, others, table in narrows:
-            if not table:
-                for p in others:
-                    if p not in fixed:
-                        break
-                else:
-                    others = ()
-                if others:
-                    continue  # decides nothing yet: not even compiled (most relations, early in a record)
+            for p in others:
+                if p not in fixed:
+                    k = st.known.get(p) or st.ancestor_known(p)  # (certain under an assignment st extends)
+                    if k is not None and k.known == 1 and k.complete:
+                        fixed = dict(fixed) if fixed is st.fixed else fixed
+                        fixed[p] = k.status.index(1)
+                    elif not table:
+                        break  # decides nothing yet: not even compiled (most relations, early in a record)
+            else:
+                others = ()
+            if others and not table:
+                continue
             m = compile_narrowing(self.spec, rel)(path, fixed)
             if m is not None:
                 allowed = m if allowed is None else allowed & m

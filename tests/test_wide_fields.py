@@ -162,6 +162,38 @@ def test_questions_match_brute_force(seed: int, backend: str) -> None:
         assert s.questions(path).among(groups) == _expected(bf, path, f, {}, groups)
 
 
+@pytest.mark.parametrize("backend", ["cpsat", "sat"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_fields_known_certain_narrow_like_assigned_ones(seed: int, backend: str) -> None:
+    """Narrowing treats a field known to be certain (under the assignment or one it extends) as assigned, and a
+    field narrowed to one value as admissible there: the boolean is asked first (its admissible list, so a certain
+    one is known), then the wide fields, at the root, under one more assigned field, and under both: every answer
+    equals brute force."""
+    doc = declaration(seed)
+    bf = BruteForce(doc)
+    if bf.count() == 0:
+        pytest.skip("unsatisfiable draw")
+    spec = fs.Spec.from_json(doc)
+    rnd = random.Random(5000 + seed)
+    for round_ in range(3):
+        s = spec.session(backend)
+        s.wide_domain = 8
+        assignment: dict[str, Any] = {}
+        for _ in range(2):
+            assert s.admissible("/b") == bf.admissible("/b", assignment)
+            for path in ("/t", "/s"):
+                f = spec.fields[path]
+                groups = _groups(rnd, f)
+                assert s.questions(path).among(groups) == _expected(bf, path, f, assignment, groups), (
+                    path, assignment)
+            path = rnd.choice(["/t", "/s"] if round_ else ["/s"])
+            vals = bf.admissible(path, assignment) or list(spec.fields[path].values)
+            assignment[path] = rnd.choice(vals)
+            s.assign(path, assignment[path])
+        for path in ("/t", "/s", "/b"):
+            assert s.admissible(path) == bf.admissible(path, assignment), path
+
+
 @pytest.mark.parametrize("seed", SEEDS[:12])
 def test_a_state_inherits_from_a_recent_assignment_it_extends_in_any_order(seed: int) -> None:
     """A decoder assigns certain values late and in record order, so the assignment its planner asked under is often
