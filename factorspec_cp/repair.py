@@ -48,6 +48,7 @@ class Repairer:
         fields = spec.fields
         self.siblings: dict[str, list[str]] = {}
         self._convex: dict[tuple[int, frozenset[str]], bool] = {}  # (relation, moved fields) -> convex_shift
+        self._entries: dict[tuple[str, ...], list[tuple[Any, Check, Check | None]]] = {}  # per moved group
         self.narrows: dict[str, list[Any]] = {}  # per field, what Session._narrow reads (built there, kept here)
         by_parent: dict[str, list[str]] = {}  # grouped first: a 10,000-element array has 20,000 paths
         for q in self.paths:
@@ -108,21 +109,31 @@ class Repairer:
     def _live_checks(self, group: Sequence[str], indices: dict[str, int]) -> tuple[list[Check], bool]:
         """The checks to run when ``group`` moves: the relations reading it, less the implications whose condition
         reads none of it and is false in ``indices`` (they hold whatever the group takes); and whether the shifts
-        that pass them all are one interval of deltas (:func:`convex_shift`)."""
+        that pass them all are one interval of deltas (:func:`convex_shift`). What depends only on the group is
+        kept per group (a repair runs several times per question)."""
+        key = tuple(group)
+        entries = self._entries.get(key)
+        if entries is None:
+            moved = set(group)
+            entries = self._entries[key] = []
+            for inst in {id(i): i for p in group for i in self.touching.get(p, [])}.values():
+                _, check, condition = compile_check(self.spec, inst.relation)
+                entries.append((inst.relation, check, None if condition is None or moved & condition[0]
+                                else condition[1]))
         out = []
         convex = True
-        moved = set(group)
-        for inst in {id(i): i for p in group for i in self.touching.get(p, [])}.values():
-            _, check, condition = compile_check(self.spec, inst.relation)
-            if condition is not None and not moved & condition[0] and not condition[1](indices, {}):
+        moved_key = None
+        for rel, check, condition in entries:
+            if condition is not None and not condition(indices, {}):
                 continue
             out.append(check)
             if convex:
-                key = (id(inst.relation), frozenset(moved))
-                hit = self._convex.get(key)
+                if moved_key is None:
+                    moved_key = frozenset(key)
+                hit = self._convex.get((id(rel), moved_key))
                 if hit is None:
-                    hit = self._convex[key] = convex_shift(inst.relation, moved, self.spec.fields,
-                                                           weights_memo(self.spec))
+                    hit = self._convex[(id(rel), moved_key)] = convex_shift(rel, set(key), self.spec.fields,
+                                                                          weights_memo(self.spec))
                 convex = hit
         return out, convex
 
