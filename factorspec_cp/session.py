@@ -44,7 +44,7 @@ WIDE_REUSE = 1
 #: optimizations, each giving a witness) and all outside them refuted; the asked groups then take what repairing those
 #: two witnesses finds. (Over 40 meeting problems, bounding after a first witness: 1,025 solves instead of 1,099 and
 #: the open p99 about 15% lower, min of 3 runs. Bounding first instead: a solve fewer where one group holds every
-#: admissible value; 20 meeting gold walks 655 -> 593 solves, `bench solve` open p99 4.0 -> 3.2 ms.)
+#: admissible value; 20 meeting gold walks 655 -> 593 solves.)
 WIDE_BOUNDS = True
 #: A field's values that a relation rules out on its own under the assignment are refuted without a solve, before
 #: the first solve about the field under it (node consistency, :func:`~factorspec_cp.checks.narrowing`).

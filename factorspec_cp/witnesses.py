@@ -12,10 +12,10 @@ intervals of indices (``find``, a regex over zeros) run at C speed on domains of
 
 >>> k = Known(10)
 >>> k.mark(2, 4); k.refute([(0, 1)])
->>> k.any_known([(5, 9)]), k.unknown([(0, 9)]), k.known_indices(), k.tight()
-(False, [(5, 9)], [2, 3, 4], False)
->>> k.refute([(5, 9)]); k.tight()
-True
+>>> k.any_known([(5, 9)]), k.unknown([(0, 9)]), k.known_indices(), k.ends()
+(False, [(5, 9)], [2, 3, 4], (2, 9))
+>>> k.refute([(5, 9)]); k.ends()
+(2, 4)
 """
 
 from __future__ import annotations
@@ -119,13 +119,6 @@ class Known:
         if lo == len(st):
             return None
         return lo, len(st.rstrip(b"\x02")) - 1
-
-    def tight(self) -> bool:
-        """Whether the least and the greatest index not refuted are both witnessed: then they are the least and
-        greatest admissible values (what ``Session._bound`` would prove), as where an assignment this one extends
-        was bounded and its witnesses at both ends hold here too."""
-        ends = self.ends()
-        return ends is None or self.status[ends[0]] == 1 and self.status[ends[1]] == 1
 
     def any_known(self, intervals: Iterable[Interval]) -> bool:
         st = self.status

@@ -162,13 +162,21 @@ def test_questions_match_brute_force(seed: int, backend: str) -> None:
         assert s.questions(path).among(groups) == _expected(bf, path, f, {}, groups)
 
 
+def _assert_answers(s: Any, spec: Any, bf: Any, rnd: random.Random, assignment: dict[str, Any],
+                    paths: tuple[str, ...] = ("/t", "/s", "/b")) -> None:
+    """Random groups of each field in ``paths`` asked of ``s``, against brute force under ``assignment``."""
+    for path in paths:
+        f = spec.fields[path]
+        groups = _groups(rnd, f)
+        assert s.questions(path).among(groups) == _expected(bf, path, f, assignment, groups), (path, assignment)
+
+
 @pytest.mark.parametrize("backend", ["cpsat", "sat"])
 @pytest.mark.parametrize("seed", SEEDS)
 def test_fields_known_certain_narrow_like_assigned_ones(seed: int, backend: str) -> None:
-    """Narrowing treats a field known to be certain (under the assignment or one it extends) as assigned, and a
-    field narrowed to one value as admissible there: the boolean is asked first (its admissible list, so a certain
-    one is known), then the wide fields, at the root, under one more assigned field, and under both: every answer
-    equals brute force."""
+    """Narrowing treats a field known to be certain (under the assignment or one it extends) as assigned: the boolean
+    is asked first (its admissible list, so a certain one is known), then the wide fields, at the root, under one
+    more assigned field, and under both: every answer equals brute force."""
     doc = declaration(seed)
     bf = BruteForce(doc)
     if bf.count() == 0:
@@ -181,11 +189,7 @@ def test_fields_known_certain_narrow_like_assigned_ones(seed: int, backend: str)
         assignment: dict[str, Any] = {}
         for _ in range(2):
             assert s.admissible("/b") == bf.admissible("/b", assignment)
-            for path in ("/t", "/s"):
-                f = spec.fields[path]
-                groups = _groups(rnd, f)
-                assert s.questions(path).among(groups) == _expected(bf, path, f, assignment, groups), (
-                    path, assignment)
+            _assert_answers(s, spec, bf, rnd, assignment, ("/t", "/s"))
             path = rnd.choice(["/t", "/s"] if round_ else ["/s"])
             vals = bf.admissible(path, assignment) or list(spec.fields[path].values)
             assignment[path] = rnd.choice(vals)
@@ -216,24 +220,17 @@ def test_a_state_inherits_from_a_recent_assignment_it_extends_in_any_order(seed:
             vals = bf.admissible(p, {}) if round_ < 3 else list(spec.fields[p].values)
             pick[p] = rnd.choice(vals or list(spec.fields[p].values))
 
-        def check(s: Any, assignment: dict[str, Any]) -> None:
-            for path in ("/t", "/s", "/b"):
-                f = spec.fields[path]
-                groups = _groups(rnd, f)
-                assert s.questions(path).among(groups) == _expected(bf, path, f, assignment, groups), (
-                    path, assignment)
-
         s.push()
         s.assign(x, pick[x])
         s.assign(z, pick[z])
-        check(s, {x: pick[x], z: pick[z]})
+        _assert_answers(s, spec, bf, rnd, {x: pick[x], z: pick[z]})
         s.pop()
         s.push()
         s.assign(y, pick[y])
-        check(s, {y: pick[y]})
+        _assert_answers(s, spec, bf, rnd, {y: pick[y]})
         s.assign(x, pick[x])
         s.assign(z, pick[z])
-        check(s, dict(pick))
+        _assert_answers(s, spec, bf, rnd, dict(pick))
         if {x, y, z} <= s._scope:  # (a field no relation reads is not part of the assignment's key)
             st = s._states[s.fixed_key()]
             assert st.parent is not None and set(st.parent.fixed) == {x, z}  # not the prefix {y}
