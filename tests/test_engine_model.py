@@ -104,6 +104,30 @@ def test_batched_verify_equals_each_alone(em):
         torch.testing.assert_close(rows, full(em, list(r.prompt) + r.tokens + d)[-len(d) - 1:], atol=ATOL, rtol=0)
 
 
+def test_slots_are_reused_and_scattered_requests_verify_alike(em):
+    """Requests in slots that are not consecutive (one released between them) verify on a gathered copy of their
+    rows; the result and the KV written back must equal the full forward, and a released slot is taken next."""
+    a, b, c = (em.start(em.chat_prompt(q)) for q in ("One.", "Two, three and four.", "Five?"))
+    assert len({a._slot, b._slot, c._slot}) == 3
+    freed = b._slot
+    em.release(b)
+    with pytest.raises(ValueError, match="released"):
+        em.verify([b], [[5]])
+    for step, drafts in enumerate(([[11, 12], [13]], [[14], [15, 16, 17]], [[], [18]])):
+        rows = em.verify([c, a], drafts)  # out of slot order too
+        for r, d, got in zip((c, a), drafts, rows):
+            torch.testing.assert_close(got, full(em, list(r.prompt) + r.tokens + d)[-len(d) - 1:], atol=ATOL,
+                                       rtol=0)
+        em.commit(c, len(drafts[0]) - step % 2, 7)
+        em.commit(a, 1 if drafts[1] else 0, 8)
+    d = em.start(em.chat_prompt("Six."))
+    assert d._slot == freed
+    for r, rows in zip((a, d, c), em.verify([a, d, c], [[1], [2, 3], []])):
+        assert rows.shape[0] == len(r._draft) + 1
+        torch.testing.assert_close(rows, full(em, list(r.prompt) + r.tokens + r._draft)[-len(r._draft) - 1:],
+                                   atol=ATOL, rtol=0)
+
+
 def test_greedy_equals_transformers_generate(em):
     p = em.chat_prompt("Name three cities in Latvia.")
     ours = em.greedy_generate(p, 12)

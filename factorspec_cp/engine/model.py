@@ -4,7 +4,7 @@
 ships, dequantized to float32 once and cached as safetensors (with its tokenizer) under the user cache dir, so later
 loads take a fraction of a second. Nothing is downloaded.
 
-The pending-token protocol. A :class:`Request` holds a KV cache of the prompt and of the committed tokens, except
+The pending-token protocol. A :class:`Request` holds the KV of the prompt and of the committed tokens, except
 the ``pending`` ones: tokens already committed but not yet fed to the model. Right after :meth:`EmbeddedModel.start`
 nothing is pending and ``next_logits`` (the distribution of the first generated token) is known. :meth:`verify` feeds
 ``pending + draft`` and returns ``len(draft) + 1`` rows per request: row ``i`` is the distribution of the token at
@@ -25,6 +25,7 @@ A typical loop (the model load takes a while, so this is not a doctest)::
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
@@ -32,6 +33,7 @@ import os
 import shutil
 import tempfile
 import threading
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -139,23 +141,27 @@ def smollm2_folder() -> Path:
 
 
 class Request:
-    """One sequence being generated: its KV cache, committed ``tokens`` and ``pending`` tokens (see module doc).
+    """One sequence being generated: its KV (a slot of the model's pool), committed ``tokens`` and ``pending``
+    tokens (see module doc).
 
     ``tokens`` are the committed generated tokens (the prompt excluded); ``pending`` is the suffix of them whose KV
     is not cached yet; ``next_logits`` is the distribution of the next token when known (only when nothing is
     pending), else None. Create requests with :meth:`EmbeddedModel.start`; change them only through
-    :meth:`EmbeddedModel.verify` and :meth:`EmbeddedModel.commit`.
+    :meth:`EmbeddedModel.verify` and :meth:`EmbeddedModel.commit`; :meth:`EmbeddedModel.release` (or dropping the
+    last reference) gives its slot back.
     """
 
-    def __init__(self, owner: EmbeddedModel, prompt: Sequence[int], cache: Any, next_logits: torch.Tensor):
+    def __init__(self, owner: EmbeddedModel, prompt: Sequence[int], slot: int, next_logits: torch.Tensor):
         self.prompt: tuple[int, ...] = tuple(prompt)
         self.tokens: list[int] = []
         self.pending: list[int] = []
         self.next_logits: torch.Tensor | None = next_logits
         self._owner = owner
-        self._cache = cache
-        self._cached = len(self.prompt)  # committed tokens whose KV is in the cache
+        self._slot: int | None = slot
+        self._cached = len(self.prompt)  # committed tokens whose KV is in the slot
+        self._held = self._cached  # tokens whose KV is in the slot: the committed ones, then the last verify's fed
         self._draft: list[int] | None = None  # the draft of the last verify, its KV after the pending tokens'
+        self._free = weakref.finalize(self, owner._pool.give, slot)
 
     @property
     def length(self) -> int:
@@ -164,13 +170,100 @@ class Request:
 
     def _rollback(self) -> None:
         """Drop the KV of an uncommitted verify."""
-        extra = self._cache.get_seq_length() - self._cached
-        if extra > 0:
-            self._cache.crop(-extra)  # negative: drop the last `extra` (the same in every transformers 5.x)
+        self._held = self._cached
         self._draft = None
 
     def __repr__(self) -> str:
         return f"Request(prompt={len(self.prompt)} tokens, tokens={self.tokens!r}, pending={self.pending!r})"
+
+
+@functools.cache
+def _slot_layer() -> type:
+    """The cache layer class below, built on first use (importing transformers is slow)."""
+    from transformers.cache_utils import DynamicLayer
+
+    class _SlotLayer(DynamicLayer):
+        """One layer's cache over rows of KV for one forward: positions ``[0, start)`` are the rows' own (a row
+        holding fewer has padding there, masked off); the forward writes its new tokens at ``[start, start + n)``
+        in place. Nothing is concatenated, so a step copies only the new tokens' KV."""
+
+        def __init__(self, keys: torch.Tensor, values: torch.Tensor, start: int):
+            super().__init__()
+            self._k, self._v, self._start = keys, values, start
+            self.keys, self.values = keys[..., :start, :], values[..., :start, :]
+            self.device = keys.device
+            self.is_initialized = True
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+                   **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+            end = self._start + key_states.shape[-2]
+            self._k[..., self._start:end, :] = key_states
+            self._v[..., self._start:end, :] = value_states
+            self.keys, self.values = self._k[..., :end, :], self._v[..., :end, :]
+            return self.keys, self.values
+
+    return _SlotLayer
+
+
+class _Pool:
+    """The KV of every live request of a model: per layer one keys and one values tensor of shape ``(slots, kv
+    heads, capacity, head dim)``, a request in one slot at positions ``[0, length)``.
+
+    A batched verify runs the model on a run of consecutive slots as they lie (no per-step copy of the cache into a
+    padded batch and back, which cost more than the forward at meeting-prompt lengths). The tensors grow (slots one
+    at a time, capacity by half again) and never shrink; a freed slot is reused first.
+    """
+
+    def __init__(self) -> None:
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+        self.used: list[bool] = []
+        self.capacity = 0
+
+    def take(self, like: Any, length: int) -> int:
+        """A free slot for a request whose prefill cache ``like`` (a DynamicCache, batch 1) holds ``length``
+        positions; its KV is copied in."""
+        layers = like.layers
+        if not self.keys:
+            self.keys = [layer.keys.new_zeros((0, *layer.keys.shape[1:-2], 0, layer.keys.shape[-1]))
+                         for layer in layers]
+            self.values = [layer.values.new_zeros((0, *layer.values.shape[1:-2], 0, layer.values.shape[-1]))
+                           for layer in layers]
+        slot = next((k for k, u in enumerate(self.used) if not u), len(self.used))
+        self.reserve(slot + 1, length)
+        for big_k, big_v, layer in zip(self.keys, self.values, layers):
+            big_k[slot, ..., :length, :] = layer.keys[0]
+            big_v[slot, ..., :length, :] = layer.values[0]
+        self.used[slot] = True
+        return slot
+
+    def give(self, slot: int) -> None:
+        if slot < len(self.used):
+            self.used[slot] = False
+
+    def reserve(self, slots: int, capacity: int) -> None:
+        """At least ``slots`` slots of at least ``capacity`` positions (a copy of everything when it grows)."""
+        have = len(self.used)
+        if slots <= have and capacity <= self.capacity:
+            return
+        cap = self.capacity if capacity <= self.capacity else max(capacity, self.capacity * 3 // 2)
+        cap = -(-cap // 128) * 128
+        n = max(slots, have)
+        for big in (self.keys, self.values):
+            for i, t in enumerate(big):
+                grown = t.new_zeros((n, *t.shape[1:-2], cap, t.shape[-1]))
+                grown[:have, ..., : self.capacity, :] = t
+                big[i] = grown
+        self.used += [False] * (n - have)
+        self.capacity = cap
+
+    def cache(self, first: int, last: int, start: int, cache_class: Any, config: Any) -> Any:
+        """A transformers cache over slots ``first..last`` whose forward writes at ``[start, start + n)``."""
+        cache = cache_class(config=config)
+        layer = _slot_layer()
+        cache.layers = [layer(k[first: last + 1], v[first: last + 1], start)
+                        for k, v in zip(self.keys, self.values)]
+        return cache
 
 
 # ----- the model -----
@@ -199,6 +292,7 @@ class EmbeddedModel:
         self.eos_token_ids: tuple[int, ...] = tuple(int(e) for e in (eos if isinstance(eos, list | tuple) else [eos]))
         pad = model.generation_config.pad_token_id
         self._pad_id = int(self.eos_token_ids[0] if pad is None else pad)
+        self._pool = _Pool()
         # transformers 5.x renamed the forward's `past_key_values` to `cache`; accept either.
         params = inspect.signature(type(model).forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
@@ -269,18 +363,26 @@ class EmbeddedModel:
         cache = self._DynamicCache(config=self.model.config)
         x = torch.tensor([ids], dtype=torch.long, device=self.device)
         logits = self._forward(x, cache, torch.arange(len(ids), device=self.device)[None], keep=1)
-        return Request(self, ids, cache, logits[0, -1].clone())
+        return Request(self, ids, self._pool.take(cache, len(ids)), logits[0, -1].clone())
+
+    def release(self, request: Request) -> None:
+        """Give the request's KV slot back for a later request (dropping the last reference does the same, when
+        the garbage collector gets to it); the request cannot be verified after this."""
+        self._own(request)
+        if request._slot is not None:
+            request._free()
+            request._slot = None
 
     @torch.inference_mode()
     def verify(self, requests: Sequence[Request], drafts: Sequence[Sequence[int]]) -> list[torch.Tensor]:
         """Score each request's draft, all requests in ONE forward pass; commit nothing.
 
-        Feeds each request's ``pending`` tokens followed by its draft; the requests are batched with their caches
-        left-padded and their new tokens right-padded, under an attention mask and explicit positions, so padding
-        never changes a request's logits. Returns per request a float32 tensor of shape ``(len(draft) + 1,
-        vocab_size)``: row ``i`` is the distribution of the token at draft position ``i`` (after ``draft[:i]``),
-        row 0 is the request's current next-token distribution. Requests with nothing to feed (nothing pending,
-        empty draft) take no part in the forward; with one request to feed, its own cache is used unpadded.
+        Feeds each request's ``pending`` tokens followed by its draft; the requests are batched over their KV slots
+        (a shorter cache padded after its end, the new tokens right-padded) under an attention mask and explicit
+        positions, so padding never changes a request's logits. Returns per request a float32 tensor of shape
+        ``(len(draft) + 1, vocab_size)``: row ``i`` is the distribution of the token at draft position ``i`` (after
+        ``draft[:i]``), row 0 is the request's current next-token distribution. Requests with nothing to feed
+        (nothing pending, empty draft) take no part in the forward.
         """
         if len(requests) != len(drafts):
             raise ValueError(f"{len(requests)} requests but {len(drafts)} drafts")
@@ -301,13 +403,7 @@ class EmbeddedModel:
                 assert r.next_logits is not None  # nothing pending: known
                 out[i] = r.next_logits[None].clone()
                 r._draft = draft
-        if len(work) == 1:
-            i, r, draft, fed = work[0]
-            x = torch.tensor([fed], dtype=torch.long, device=self.device)
-            pos = torch.arange(r._cached, r._cached + len(fed), device=self.device)[None]
-            logits = self._forward(x, r._cache, pos, keep=len(fed))[0]
-            out[i] = self._rows(r, draft, logits)
-        elif work:
+        if work:
             for (i, r, draft, _), logits in zip(work, self._batched([(r, fed) for _, r, _, fed in work])):
                 out[i] = self._rows(r, draft, logits)
         return out  # type: ignore[return-value]
@@ -321,33 +417,58 @@ class EmbeddedModel:
         return torch.cat([r.next_logits[None], logits])
 
     def _batched(self, items: list[tuple[Request, list[int]]]) -> list[torch.Tensor]:
-        """One forward over several requests; appends each one's new KV to its own cache; the fed tokens' logits."""
-        b = len(items)
-        lens = [r._cached for r, _ in items]
+        """One forward over the requests' slots; each one's fed tokens' KV lands in its slot after the tokens it
+        holds; returns the fed tokens' logits per request.
+
+        Every row's cache is read up to ``width`` (the longest held) with the shorter rows' padding masked off, and
+        the new tokens are written at ``[width, width + n)`` then moved down to follow each row's own. Where the
+        requests hold consecutive slots (a batch of live requests does: slots are reused lowest first) the forward
+        runs on the pool itself; otherwise on a gathered copy of their rows.
+        """
+        for r, _ in items:
+            if r._slot is None:
+                raise ValueError(f"{r!r} was released")
+        given = items
+        items = sorted(items, key=lambda item: item[0]._slot)  # type: ignore[arg-type, return-value]
+        pool, dev, b = self._pool, self.device, len(items)
+        held = [r._held for r, _ in items]
         ns = [len(fed) for _, fed in items]
-        width, n = max(lens), max(ns)
-        dev = self.device
+        width, n = max(held), max(ns)
+        slots = [r._slot for r, _ in items]
+        first = slots[0]
+        pool.reserve(first + b, width + n)
         ids = torch.full((b, n), self._pad_id, dtype=torch.long, device=dev)
-        mask = torch.zeros((b, width + n), dtype=torch.long, device=dev)
-        pos = torch.tensor(lens, device=dev)[:, None] + torch.arange(n, device=dev)[None]
-        for k, ((_, fed), length) in enumerate(zip(items, lens)):
+        for k, (_, fed) in enumerate(items):
             ids[k, : len(fed)] = torch.tensor(fed, dtype=torch.long, device=dev)
-            mask[k, width - length: width + len(fed)] = 1
+        pos = torch.tensor(held, device=dev)[:, None] + torch.arange(n, device=dev)[None]
+        mask = None  # rows of equal length need none: padding after a row's fed tokens is never attended to
+        if len(set(held)) > 1:
+            mask = torch.zeros((b, width + n), dtype=torch.long, device=dev)
+            for k, (h, m) in enumerate(zip(held, ns)):
+                mask[k, :h] = 1
+                mask[k, width: width + m] = 1
+        inplace = slots == list(range(first, first + b))
+        if inplace:
+            keys = [t[first: first + b] for t in pool.keys]
+            values = [t[first: first + b] for t in pool.values]
+        else:
+            index = torch.tensor(slots, device=dev)
+            keys = [t[..., : width + n, :].index_select(0, index) for t in pool.keys]
+            values = [t[..., : width + n, :].index_select(0, index) for t in pool.values]
         cache = self._DynamicCache(config=self.model.config)
-        for layer in range(len(items[0][0]._cache.layers)):
-            parts = [r._cache.layers[layer] for r, _ in items]
-            keys = parts[0].keys.new_zeros((b, *parts[0].keys.shape[1:-2], width, parts[0].keys.shape[-1]))
-            values = parts[0].values.new_zeros((b, *parts[0].values.shape[1:-2], width, parts[0].values.shape[-1]))
-            for k, (p, length) in enumerate(zip(parts, lens)):
-                keys[k, ..., width - length:, :] = p.keys[0]
-                values[k, ..., width - length:, :] = p.values[0]
-            cache.update(keys, values, layer)
+        layer = _slot_layer()
+        cache.layers = [layer(k, v, width) for k, v in zip(keys, values)]
         logits = self._forward(ids, cache, pos, keep=n, attention_mask=mask)
-        for layer, big in enumerate(cache.layers):
-            for k, (r, fed) in enumerate(items):
-                new = slice(width, width + len(fed))
-                r._cache.update(big.keys[k: k + 1, ..., new, :], big.values[k: k + 1, ..., new, :], layer)
-        return [logits[k, : len(fed)] for k, (_, fed) in enumerate(items)]
+        for k, (slot, h, m) in enumerate(zip(slots, held, ns)):
+            if inplace and h == width:
+                continue  # already where it belongs
+            for src, big in zip((keys, values), (pool.keys, pool.values)):
+                for t, dst in zip(src, big):
+                    dst[slot, ..., h: h + m, :] = t[k, ..., width: width + m, :].clone()
+        for r, fed in items:
+            r._held += len(fed)
+        row = {id(r): k for k, (r, _) in enumerate(items)}
+        return [logits[row[id(r)], : len(fed)] for r, fed in given]
 
     def commit(self, request: Request, accepted: int, token: int) -> None:
         """After :meth:`verify`: keep the pending tokens and the first ``accepted`` draft tokens in the KV cache
@@ -363,12 +484,8 @@ class EmbeddedModel:
             draft = []
         if not 0 <= accepted <= len(draft):
             raise ValueError(f"accepted={accepted} is outside 0..{len(draft)} (the verified draft's length)")
-        held = request._cache.get_seq_length()
-        if held > request._cached:  # the verify fed pending + draft: keep the pending and accepted ones
-            keep = request._cached + len(request.pending) + accepted
-            if held > keep:
-                request._cache.crop(keep - held)
-            request._cached = keep
+        if request._held > request._cached:  # the verify fed pending + draft: keep the pending and accepted ones
+            request._cached = request._held = request._cached + len(request.pending) + accepted
             request.pending = []
         request.tokens.extend(draft[:accepted])
         request.tokens.append(token)

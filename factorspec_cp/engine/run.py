@@ -317,6 +317,7 @@ class Engine:
             still = []
             for k, r in active:
                 if r.done:
+                    self.model.release(r.mreq)
                     out[k] = self._result(r)
                     if progress is not None:
                         progress(out[k])
