@@ -304,6 +304,7 @@ def run(args: argparse.Namespace) -> int:
         result["ngram_search"] = {"problems": args.search, "trials": trials, "best": ngram_shape}
     for name, problems in suites.items():
         suite: dict[str, Any] = {"problems": len(problems), "configs": {}}
+        result["suites"][name] = suite  # written after each configuration: a stopped run keeps what it finished
         for c in configs:
             drafter, constraint = CONFIGS[c]
             if c == "xgrammar+ngram":
@@ -319,13 +320,13 @@ def run(args: argparse.Namespace) -> int:
                                            res["wall_seconds"] * sum(r["group"] == g for r in res["rows"])
                                            / max(1, len(res["rows"]))) for g in groups}
             suite["configs"][c] = res
+            _write(result, out)
         if "none" in suite["configs"]:
             rows = suite["configs"]["none"]["rows"]
             steps = sum(math.ceil(r["tokens"] / engine.width) for r in rows)
             suite["oracle_accept_length"] = round(sum(r["tokens"] for r in rows) / max(1, steps), 3)
             if "certain" in suite["configs"]:
                 suite["greedy_agreement"] = _greedy_agreement(rows, suite["configs"]["certain"]["rows"])
-        result["suites"][name] = suite
         _write(result, out)
     _write(result, out)
     print(report_md(result))
