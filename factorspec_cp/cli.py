@@ -322,9 +322,10 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--ngram", default=None, help="generate (ngram:N:K) / serve (MIN:MAX:K): the n-gram shape to "
                    "use instead of searching it")
     b.add_argument("--unconstrained", type=int, default=20, help="generate: problems run without masks")
-    b.add_argument("--objective", choices=["none", "gold", "both"], default="none",
-                   help="generate: meeting and calendar declarations without the gold convention's objective, with "
-                        "it (suites meeting+gold, calendar+gold), or both")
+    b.add_argument("--objective", default="none",
+                   help="generate: comma-separated: none (today's meeting and calendar declarations), gold (the gold "
+                        "convention's objective: suites meeting+gold, calendar+gold), earliest (calendar only: the "
+                        "earliest slot everywhere, suite calendar+earliest); both = none,gold")
     b.add_argument("--backends", default="sat,cpsat,csp")
     b.add_argument("--walks", type=int, default=10_000, help="walks: random decoder walks")
     b.add_argument("--cases", type=int, default=100_000, help="fuzz: declarations to run")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from factorspec_cp.cli import main
 
 
@@ -35,6 +37,16 @@ def test_generate_problems_with_the_gold_objective() -> None:
             assert len(q.spec.objectives) > len(p.spec.objectives) or not added, p.key
             assert q.check(q.gold) == [], q.key
     assert all("order" in e for e in meeting_problems(1, objective="gold")[0].gold["meetings"])
+    # "earliest" (calendar only) minimizes the slot in every problem, asked or not
+    assert all(len(p.spec.objectives) == 1 for p in calendar_problems(3, objective="earliest"))
+
+
+def test_generate_objective_lists() -> None:
+    from factorspec_cp.bench.generate import _objectives
+    assert _objectives("none") == ["none"] and _objectives("both") == ["none", "gold"]
+    assert _objectives("earliest,gold,earliest") == ["earliest", "gold"]
+    with pytest.raises(SystemExit, match="not 'latest'"):
+        _objectives("none,latest")
 
 
 def test_bench_service_tiny(tmp_path: Path) -> None:

@@ -344,3 +344,31 @@ def test_explain_names_the_busy_block(core: Any) -> None:
     session.assign("/start", "9:00")
     assert session.admissible("/end") == []
     assert "'Arthur busy Monday 9:00-9:30'" in str(session.explain())
+
+
+def test_objective_earliest_leaves_the_first_feasible_slot() -> None:
+    """objective="earliest": read by hand from the JSON on all 1,000, the one optimal record is the brute force's
+    first slot (day order as listed, then time), whether or not the prompt asks; the gold is that slot in 934
+    (notes/gold_conventions.md) and inadmissible in the other 66; "gold" is the plain declaration."""
+    hits = 0
+    for prompt, gold in zip(_prompts(), _golds(), strict=True):
+        doc = calendar.declaration_doc(prompt, objective="earliest")
+        objective = doc["x-factorspec"]["objective"]
+        assert objective["require"] == "optimal"
+        ok = [r for r in _grid_records(prompt) if all(_holds(rel, r) for rel in doc["x-factorspec"]["relations"])]
+        score = {tuple(r.values()): sum(c * m[r[p.lstrip("/")]] for c, p, m in objective["minimize"]) for r in ok}
+        best = [k for k, v in score.items() if v == min(score.values())]
+        assert best == calendar.feasible_slots(prompt)[:1]
+        hits += best[0] == (gold["day"], gold["start"], gold["end"])
+        assert calendar.declaration_doc(prompt, objective="gold") == calendar.declaration_doc(prompt)
+    assert hits == 934
+    with pytest.raises(ValueError, match="objective must be one of"):
+        calendar.declaration_doc(_prompts()[0], objective="latest")
+
+
+def test_objective_earliest_makes_the_record_certain(core: Any) -> None:
+    """With the solver: every field is certain from the start and equals the brute force's first slot."""
+    for prompt in _prompts()[::50]:
+        session = calendar.declaration(prompt, objective="earliest").session()
+        first = calendar.feasible_slots(prompt)[0]
+        assert session.certain() == dict(zip(("/day", "/start", "/end"), first, strict=True)), prompt
