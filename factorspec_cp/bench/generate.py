@@ -469,17 +469,18 @@ def _plots(res: dict[str, Any], out: Path) -> None:
         fig.tight_layout()
         fig.savefig(out / "generate_accept_length.png", dpi=120)
         plt.close(fig)
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = plt.subplots(figsize=(8.5, 4))
     names = list(res["suites"])
     configs = sorted({c for s in res["suites"].values() for c in s["configs"]}, key=list(CONFIGS).index)
     w = 0.8 / max(1, len(configs))
     for i, c in enumerate(configs):
         ys = [res["suites"][n]["configs"].get(c, {}).get("summary", {}).get("valid_per_second", 0) for n in names]
         ax.bar([k + i * w for k in range(len(names))], ys, width=w, label=c)
-    ax.set_xticks([k + 0.4 - w / 2 for k in range(len(names))], names)
+    ax.set_xticks([k + 0.4 - w / 2 for k in range(len(names))], names,
+                  rotation=20 if len(names) > 4 else 0, ha="right" if len(names) > 4 else "center")
     ax.set_ylabel("valid records per second")
-    ax.set_title("Valid records per second (same model, same run)")
-    ax.legend(fontsize=7)
+    ax.set_title("Valid records per second (same model; each suite in one run)")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     fig.savefig(out / "generate_valid_per_second.png", dpi=120)
     plt.close(fig)
