@@ -14,6 +14,7 @@ from factorspec_cp.bench.generate import bfcl_problems, trip_problems
 from factorspec_cp.bench.masks import gold_walk
 from factorspec_cp.engine.grammar import GrammarCompiler
 from factorspec_cp.engine.service import (
+    RUN_MAX,
     ConstraintService,
     ServiceGrammar,
     WorkerDied,
@@ -92,7 +93,7 @@ def test_verify_steps_with_local_rollback_and_drafts_that_do_not_wait(vocab, dra
     past the draft, the row where the token after it is sampled (accept the draft, fill, roll it back: inside the
     published state, with no wait for the worker), then commit the draft and the next token. Every row equals an
     in-process grammar's; with ``draft_wait=0`` a draft is the in-process run or, where the worker has not published
-    it yet, empty; either way the records are the same."""
+    it yet, empty or the part of it that an older published run holds; either way the records are the same."""
     local = GrammarCompiler(vocab, workers=0)
     cases = _cases(vocab)
     words = mask_words(vocab.size)
@@ -107,7 +108,7 @@ def test_verify_steps_with_local_rollback_and_drafts_that_do_not_wait(vocab, dra
             while pos < len(toks):
                 want = r.certain_run(16)
                 draft = g.certain_run(16)
-                assert draft == want or (draft_wait is not None and draft == []), pos
+                assert draft == want or (draft_wait is not None and draft == want[:len(draft)]), pos
                 g.fill(a, 0)
                 r.fill(b, 0)
                 assert np.array_equal(a, b), pos
@@ -127,6 +128,88 @@ def test_verify_steps_with_local_rollback_and_drafts_that_do_not_wait(vocab, dra
             assert g.is_terminated() and g.record() == r.record()
             g.close()
         assert "rollback" not in calls and "accept" not in calls  # all inside the published states
+
+
+def _capped_at_start(vocab):
+    """A trip case whose certain run from the start is longer than a slot holds (``RUN_MAX`` tokens)."""
+    local = GrammarCompiler(vocab, workers=0)
+    spec, toks = _cases(vocab)[0]
+    assert len(local.compile(spec).grammar().certain_run(400)) > RUN_MAX
+    return spec, toks, local
+
+
+def test_a_draft_inside_a_capped_run_waits_for_no_worker(vocab):
+    """Past half of a capped run the proxy asks the worker for the state ahead, but the run it read still answers: a
+    verify step's draft inside it (accept, fill the row after it, roll back) needs no worker, shown with the worker
+    stopped (SIGSTOP); then the request goes on to the in-process record. Before, the draft's accept waited for the
+    worker."""
+    import threading
+
+    spec, toks, local = _capped_at_start(vocab)
+    words = mask_words(vocab.size)
+    a, b = np.zeros((1, words), np.int32), np.zeros((1, words), np.int32)
+    with ConstraintService(vocab, workers=1, slots=4, draft_wait=0.0) as svc:
+        g, r = svc.open(spec), local.compile(spec).grammar()
+        assert g.certain_run(RUN_MAX) == toks[:RUN_MAX]  # read: the base, a capped run
+        half = RUN_MAX // 2 + 1
+        assert g.accept(toks[:half]) and r.accept(toks[:half])  # asks for the state ahead
+        pid = svc.workers[0].pid
+        os.kill(pid, signal.SIGSTOP)
+        seen: dict[str, object] = {}
+
+        def verify_step() -> None:
+            seen["draft"] = g.certain_run(8)  # the base's run: the state ahead is not published
+            g.fill(a, 0)
+            seen["accepted"] = g.accept(toks[half:half + 8])
+            g.fill(b, 0)
+            g.rollback(8)
+            seen["done"] = True
+
+        try:
+            t = threading.Thread(target=verify_step, daemon=True)
+            t.start()
+            t.join(20)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        t.join(20)
+        assert seen.get("done"), "the verify step waited for the stopped worker"
+        assert seen["draft"] == toks[half:half + 8] and seen["accepted"]
+        ref = np.zeros((1, words), np.int32)
+        r.fill(ref, 0)
+        assert np.array_equal(a, ref)
+        assert r.accept(toks[half:half + 8])
+        r.fill(ref, 0)
+        assert np.array_equal(b, ref)
+        r.rollback(8)
+        for k in range(half, len(toks)):  # then on to the end, a row at each position
+            g.fill(a, 0)
+            r.fill(b, 0)
+            assert np.array_equal(a, b), k
+            assert g.accept([toks[k]]) and r.accept([toks[k]])
+        assert g.is_terminated() and g.record() == r.record()
+
+
+def test_a_row_is_published_before_the_request_moves_on_in_the_same_batch(vocab):
+    """Tokens past half of a capped run ask for the state ahead; more tokens taken from the run read go to the worker
+    in the same message, with no new state asked for. The worker computes the state ahead's row before those tokens
+    move its grammar on (computed after the message, from the later position, the worker refused the slot); every
+    row after equals the in-process one."""
+    spec, toks, local = _capped_at_start(vocab)
+    words = mask_words(vocab.size)
+    a, b = np.zeros((1, words), np.int32), np.zeros((1, words), np.int32)
+    with ConstraintService(vocab, workers=1, slots=4) as svc:
+        g, r = svc.open(spec), local.compile(spec).grammar()
+        assert g.certain_run(RUN_MAX) == toks[:RUN_MAX]  # the base: a capped run, no row
+        half, inside = RUN_MAX // 2 + 1, RUN_MAX - 4
+        assert g.accept(toks[:half]) and g.accept(toks[half:inside])  # one message: the state ahead, then more
+        assert g.certain_run(4) == toks[inside:inside + 4]  # from the run read; the message goes to the worker now
+        assert r.accept(toks[:inside])
+        for k in range(inside, len(toks)):
+            g.fill(a, 0)
+            r.fill(b, 0)
+            assert np.array_equal(a, b), k
+            assert g.accept([toks[k]]) and r.accept([toks[k]])
+        assert g.is_terminated() and g.record() == r.record()
 
 
 def test_a_refused_token_changes_nothing_and_bad_declarations_raise_their_typed_error(service, vocab):

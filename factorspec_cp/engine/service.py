@@ -73,6 +73,8 @@ DRAFT_WAIT_ENV = "FACTORSPEC_DRAFT_WAIT_MS"
 #: pass runs, and where it shares the cores with the engine, the engine's step loop must not wait behind it for a core
 WORKER_NICE = 10
 _PREFIX = "factorspec-"
+_BITS = [int(np.uint32(1 << b).view(np.int32)) for b in range(32)]  # the int32 word with bit b set
+_ALIVE_EVERY = 1e-3  # seconds between two checks that a worker lives, when tokens are posted to it
 _HDR = 8  # int64 per slot: run seq, terminated, complete, run length, has row, error, row seq, spare
 
 
@@ -129,6 +131,7 @@ class _Segment:
         a = slots * _HDR * 8
         b = a + slots * RUN_MAX * 4
         self.hdr = np.ndarray((slots, _HDR), dtype=np.int64, buffer=buf[:a])
+        self.flat = buf[:a].cast("q")  # the same header, one int64 per item: the proxy's reads (plain ints)
         self.runs = np.ndarray((slots, RUN_MAX), dtype=np.int32, buffer=buf[a:b])
         self.rows = np.ndarray((slots, words), dtype=np.int32, buffer=buf[b:b + slots * words * 4])
         if self.owner:
@@ -139,7 +142,9 @@ class _Segment:
         return self.shm.name
 
     def close(self) -> None:
-        self.hdr = self.runs = self.rows = None  # type: ignore[assignment]  # views first: buffers must be free
+        if self.flat is not None:
+            self.flat.release()
+        self.hdr = self.runs = self.rows = self.flat = None  # type: ignore[assignment]  # views first: buffers free
         try:
             self.shm.close()
         except BufferError:  # a view still held elsewhere: the mapping goes with the process
@@ -210,7 +215,7 @@ def _worker_main(conn: Any, segment: str, slots: int, words: int, vocab: Vocabul
         if seq is not None:
             seg.hdr[slot, 0] = seg.hdr[slot, 6] = seq
 
-    def take(slot: int, tokens: list[int], seq: int | None, rows: list[tuple[int, int]]) -> None:
+    def take(slot: int, tokens: list[int], seq: int | None, rows: dict[int, int]) -> None:
         """Tokens the proxy found admitted in the published state (no answer); a new state's run now, its row
         after the batch (the engine waits for runs before its forward pass, for rows after it)."""
         extra = ahead.get(slot)
@@ -228,7 +233,7 @@ def _worker_main(conn: Any, segment: str, slots: int, words: int, vocab: Vocabul
         if tokens and not g.accept(tokens):
             fail(slot, seq)  # the published state admitted them: a disagreement, which the proxy reports
         elif seq is not None and publish_run(slot, seq):
-            rows.append((slot, seq))
+            rows[slot] = seq
 
     while True:
         try:
@@ -247,18 +252,24 @@ def _worker_main(conn: Any, segment: str, slots: int, words: int, vocab: Vocabul
                 conn.send(("ok", seq))
                 publish(slot, seq)
             elif op == "batch":  # ("take", slot, tokens, seq or None) and ("back", slot, k, seq or None) messages,
-                rows: list[tuple[int, int]] = []  # one send per engine step
-                for m in msg[2]:
+                rows: dict[int, int] = {}  # one send per engine step; rows after every run of the batch, but a
+                for m in msg[2]:  # request's row before its state moves on without a new publish (the proxy reads
+                    q = rows.pop(m[1], None)  # that row while its tokens are on the way)
+                    if q is not None and m[3] is None and seg.hdr[m[1], 0] == q:
+                        try:
+                            publish_row(m[1], q)
+                        except Exception:
+                            fail(m[1], q)
                     try:
                         if m[0] == "back":  # tokens undone; a new state to publish where a sequence number comes
                             settle(m[1]).rollback(m[2])
                             if m[3] is not None and publish_run(m[1], m[3]):
-                                rows.append((m[1], m[3]))
+                                rows[m[1]] = m[3]
                         else:
                             take(m[1], m[2], m[3], rows)
                     except Exception:
                         fail(m[1], m[3])
-                for r, q in rows:
+                for r, q in rows.items():
                     if seg.hdr[r, 0] != q:  # the request moved on in this batch (a draft undone): a row nobody reads
                         continue
                     try:
@@ -311,6 +322,7 @@ class _Worker:
         self.open = 0
         self.seen: OrderedDict[str, None] = OrderedDict()  # declarations compiled here, most recent last
         self.dead = False
+        self.alive_at = 0.0
 
     def died(self) -> WorkerDied:
         self.dead = True
@@ -320,8 +332,13 @@ class _Worker:
 
     def post(self, *msg: Any) -> None:
         """Tokens taken: kept until the next read of any request (:meth:`flush`), then sent in one message."""
-        if self.dead or not self.process.is_alive():  # a waitpid: a dead worker fails the accept itself
+        if self.dead:
             raise self.died()
+        now = time.perf_counter()
+        if now >= self.alive_at:  # a waitpid (about 1 us), at most once a millisecond: a worker found dead fails
+            self.alive_at = now + _ALIVE_EVERY  # the accept itself, and one that died since fails the next read
+            if not self.process.is_alive():
+                raise self.died()
         with self.lock:
             self.outbox.append(msg)
 
@@ -401,8 +418,10 @@ class ServiceGrammar:
         self._canonical = canonical
         self._count = 0
         self._closed = False
-        self._base: _Published | None = None  # what the worker last published, once read
-        self._off = 0  # tokens taken since the published state
+        self._base: _Published | None = None  # a state the worker published (at ``_bseq``), once read
+        self._bseq = -1
+        self._off = 0  # tokens taken since the state of ``_base``
+        self._poff = 0  # tokens taken since the state last asked for (``_seq``), which may be newer than the base
         vocab = service.vocab
         self._eos = frozenset(t for t in vocab.eos_token_ids if vocab.tokens[t] is None)  # EOS as the decoder takes it
         self._last = -1
@@ -415,72 +434,96 @@ class ServiceGrammar:
         return self._count
 
     def _ready(self, row: bool = False, wait: float | None = None) -> Any:
-        """The slot, once the worker has written the request's current published state into it (its run and flags;
-        with ``row``, its row too); ``None`` if that takes longer than ``wait`` seconds (``None``: no limit). Tokens
-        taken since the last read go to the workers first."""
+        """The slot, once the worker has written the state last asked for into it (its run and flags; with ``row``,
+        its row too), which becomes the base; ``None`` if that takes longer than ``wait`` seconds (``None``: no
+        limit). Tokens taken since the last read go to the workers first."""
         w, slot, seq = self._worker, self._slot, self._seq
         if w.dead:  # found dead by any call: the request is lost, even where its last row is still there
             raise w.died()
-        word = 6 if row else 0
-        hdr = w.segment.hdr
-        if hdr is not None and hdr[slot, word] != seq and not hdr[slot, 5]:
+        flat = w.segment.flat
+        at, word = slot * _HDR, slot * _HDR + (6 if row else 0)
+        if flat is not None and flat[word] != seq and not flat[at + 5]:
             self._service._flush()  # about to wait: what was taken must reach the workers first
-        spins, pause = 0, 5e-6
-        deadline = None if wait is None else time.perf_counter() + wait
-        while hdr is not None and hdr[slot, word] != seq and not hdr[slot, 5]:
-            if deadline is not None and time.perf_counter() >= deadline:
-                return None
-            spins += 1
-            if spins > 64:  # not a spin: the workers need the cores
-                if w.dead or not w.process.is_alive():
-                    raise w.died()
-                time.sleep(pause if deadline is None else max(0.0, min(pause, deadline - time.perf_counter())))
-                pause = min(pause * 2, 200e-6)
-            hdr = w.segment.hdr
-        if hdr is None or w.dead:
+            spins, pause = 0, 5e-6
+            deadline = None if wait is None else time.perf_counter() + wait
+            while flat is not None and flat[word] != seq and not flat[at + 5]:
+                if deadline is not None and time.perf_counter() >= deadline:
+                    return None
+                spins += 1
+                if spins > 64:  # not a spin: the workers need the cores
+                    if w.dead or not w.process.is_alive():
+                        raise w.died()
+                    time.sleep(pause if deadline is None else max(0.0, min(pause, deadline - time.perf_counter())))
+                    pause = min(pause * 2, 200e-6)
+                flat = w.segment.flat
+        if flat is None or w.dead:
             raise w.died()
-        if hdr[slot, 5]:
+        if flat[at + 5]:
             raise ServiceError(f"constraint worker {w.index} refused tokens its published state admitted "
                                f"(slot {slot}): the request cannot go on")
-        if self._base is None:
-            h = hdr[slot]
-            self._base = _Published(w.segment.runs[slot, :int(h[3])].tolist(), bool(h[4]), bool(h[1]), bool(h[2]))
+        if self._bseq != seq:
+            self._base = _Published(w.segment.runs[slot, :flat[at + 3]].tolist(), bool(flat[at + 4]),
+                                    bool(flat[at + 1]), bool(flat[at + 2]))
+            self._bseq, self._off = seq, self._poff
         return w.segment
 
     def _known(self) -> bool:
-        """Whether the published state still covers the current position (at most one chosen token past R)."""
+        """Whether a published state covers the current position (at most one chosen token past its run): the base
+        while it does, else the state last asked for (waited for)."""
         if not self._canonical:
             return False
+        if self._worker.dead:  # found dead by any call: the request is lost, even where the base still answers
+            raise self._worker.died()
+        b = self._base
+        if b is not None and self._bseq == self._seq:
+            return self._off < len(b.run) or (self._off == len(b.run) and b.has_row)
+        if b is not None and self._off < len(b.run):  # an older base (a capped run) still covers it: no wait
+            return True
         self._ready()
-        run, has_row = self._base.run, self._base.has_row  # type: ignore[union-attr]
-        return self._off < len(run) or (self._off == len(run) and has_row)
-
-    def _admits(self, run: list[int], has_row: bool, p: int, t: int) -> bool | None:
-        """Whether token ``t`` is admitted ``p`` tokens after the published state (None: not known here)."""
-        if p < len(run):
-            return t == run[p]
-        if p == len(run) and has_row:
-            row = self._ready(row=True).rows[self._slot]
-            return 0 <= t < self.words * 32 and bool((int(row[t >> 5]) >> (t & 31)) & 1)
-        return None
+        b = self._base
+        if self._off < len(b.run) or (self._off == len(b.run) and b.has_row):  # type: ignore[union-attr]
+            return True
+        # not covered (the accepts ask for a new state before that happens; kept as a guard): the state itself
+        self._seq += 1
+        self._worker.post("back", self._slot, 0, self._seq)
+        self._poff = 0
+        self._ready()
+        return True
 
     def _decide(self, tokens: list[int]) -> int | None:
         """How many of ``tokens`` are admitted in turn from the current position; None if the answer is not known
         from the published state."""
         if not self._known():
             return None
-        run, has_row = self._base.run, self._base.has_row  # type: ignore[union-attr]
-        n = 0
-        for t in tokens:
-            ok = self._admits(run, has_row, self._off + n, t)
-            if ok is None:
-                return None
-            if not ok:
-                break
-            n += 1
-            if t in self._eos:
-                break
+        n = self._walk(tokens)
+        if n is None and self._bseq != self._seq:  # past an older base: the state last asked for answers
+            self._ready()
+            n = self._walk(tokens)
         return n
+
+    def _walk(self, tokens: list[int]) -> int | None:
+        """:meth:`_decide` from the base: the run's tokens, then the row where it ends (if published with it)."""
+        b = self._base
+        run, off, eos = b.run, self._off, self._eos  # type: ignore[union-attr]
+        n, m, end = 0, len(tokens), len(run) - off
+        while n < m and n < end:
+            t = tokens[n]
+            if t != run[off + n]:
+                return n
+            n += 1
+            if t in eos:
+                return n
+        if n == m:
+            return n
+        if n == end and b.has_row:  # type: ignore[union-attr]
+            t = tokens[n]
+            row = self._ready(row=True).rows[self._slot]
+            if not (0 <= t < self.words * 32 and (int(row[t >> 5]) >> (t & 31)) & 1):
+                return n
+            n += 1
+            if n == m or t in eos:
+                return n
+        return None  # past what is published
 
     def accept(self, tokens: Sequence[int]) -> bool:
         toks = [int(t) for t in tokens]
@@ -494,21 +537,31 @@ class ServiceGrammar:
         if n is not None:
             run, has_row = self._base.run, self._base.has_row  # type: ignore[union-attr]
             off = self._off + len(toks)
-            low = len(run) == RUN_MAX and len(run) - off < RUN_MAX // 2  # a capped run running short
-            if off > len(run) or (off == len(run) and not has_row) or low:  # past what is published (or near
-                # the end of a capped run): the worker publishes the state after these tokens meanwhile
+            if (off > len(run) or (off == len(run) and not has_row)) and self._bseq != self._seq:
+                # past an older base: the state asked for since covers the position (its run holds the rest of the
+                # base's run), read at the next question
+                self._worker.post("take", self._slot, toks, None)
+                self._base, self._bseq, self._off, self._poff = None, -1, 0, self._poff + len(toks)
+            elif off > len(run) or (off == len(run) and not has_row):  # past what is published: the worker
+                self._seq += 1  # publishes the state after these tokens meanwhile
+                self._worker.post("take", self._slot, toks, self._seq)
+                self._base, self._bseq, self._off, self._poff = None, -1, 0, 0
+            elif len(run) == RUN_MAX and len(run) - off <= RUN_MAX // 2 and self._bseq == self._seq:
+                # a capped run running short: the worker publishes the state after these tokens meanwhile, and the
+                # run read stays the base while it covers the position (a draft taken to fill the row after it
+                # and undone, as a verify step does, waits for nothing)
                 self._seq += 1
                 self._worker.post("take", self._slot, toks, self._seq)
-                self._base, self._off = None, 0
+                self._off, self._poff = off, 0
             else:
                 self._worker.post("take", self._slot, toks, None)
-                self._off = off
+                self._off, self._poff = off, self._poff + len(toks)
             self._count += len(toks)
             self._last = toks[-1]
             return True
         ok, self._seq = self._worker.call("accept", self._slot, toks)
         if ok:
-            self._base, self._off = None, 0
+            self._base, self._bseq, self._off, self._poff = None, -1, 0, 0
             self._count += len(toks)
             self._last = toks[-1]
         return bool(ok)
@@ -527,13 +580,17 @@ class ServiceGrammar:
         if not k:
             return
         # the worker undoes the tokens with the next batch; the engine does not wait for it
-        if self._base is not None and k <= self._off:  # back inside the published state, which still answers
+        if k <= self._poff:  # back inside the state last asked for: the worker need not publish again
             self._worker.post("back", self._slot, k, None)
-            self._off -= k
+            self._poff -= k
         else:  # back past it: the worker publishes the state it returns to
             self._seq += 1
             self._worker.post("back", self._slot, k, self._seq)
-            self._base, self._off = None, 0
+            self._poff = 0
+        if self._base is not None and k <= self._off:  # back inside the base, which still answers
+            self._off -= k
+        else:
+            self._base, self._bseq, self._off = None, -1, 0
         self._count -= k
         self._last = -1  # EOS ends a record: the token before the undone ones is not one
 
@@ -546,7 +603,7 @@ class ServiceGrammar:
             target = bitmask[row]
             t = self._base.run[self._off]  # type: ignore[union-attr]
             target[:] = 0
-            target[t >> 5] = int(np.uint32(1 << (t & 31)).view(np.int32))
+            target[t >> 5] = _BITS[t & 31]
             return
         write_row(self._ready(row=True).rows[self._slot], bitmask, row, self.words)  # the run's end, or later
 
@@ -557,9 +614,15 @@ class ServiceGrammar:
         if not self._canonical:
             return []
         self._service._flush()  # the draft is the last thing asked before a forward pass: the step's tokens go now
-        if self._base is None and self._ready(wait=self._service.draft_time_left()) is None:
-            return []
-        self._ready()
+        if self._bseq != self._seq:  # a newer state was asked for: taken if published, else the base's run
+            flat, word = self._worker.segment.flat, self._slot * _HDR
+            if flat is not None and flat[word] == self._seq:
+                self._ready()
+            elif (self._base is not None and self._off < len(self._base.run)
+                  and (len(self._base.run) - self._off >= k or self._service.draft_wait is not None)):
+                return self._base.run[self._off:self._off + k]  # all of it, or a draft that may be short
+            elif self._ready(wait=self._service.draft_time_left()) is None:
+                return []
         run = self._base.run  # type: ignore[union-attr]
         if len(run) == RUN_MAX and k > len(run) - self._off:  # more than the slot holds: ask the worker
             return list(self._worker.call("run", self._slot, int(k)))
@@ -572,8 +635,9 @@ class ServiceGrammar:
     def is_complete(self) -> bool:
         if self.is_terminated():  # a terminated record is complete (as the decoder and the in-process grammar say)
             return True
-        if not self._off:
+        if self._base is None or (self._bseq != self._seq and self._off >= len(self._base.run)):
             self._ready()
+        if not self._off:
             return self._base.complete  # type: ignore[union-attr]
         return any(self._decide([e]) for e in self._eos)  # at an offset the state is covered: a known answer
 
