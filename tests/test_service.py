@@ -356,3 +356,17 @@ def test_the_embedded_engine_writes_the_same_records_through_workers():
         assert a.tokens == b.tokens and a.record == b.record, p.key
         assert a.stats["verify_steps"] == b.stats["verify_steps"]
         assert p.check(b.record) == [], p.key
+
+
+def test_a_worker_imports_no_torch():
+    """A constraint worker imports the service and the grammar (and the package's ``engine``), not torch: each
+    object it holds is one that every full garbage collection walks. Before, ``factorspec_cp.engine`` imported the
+    embedded engine, and with it torch (some 140,000 objects; 50 ms collections in the middle of a step)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import factorspec_cp.engine.service, factorspec_cp.engine.grammar; "
+            "from factorspec_cp.tokenmap import Vocabulary; Vocabulary.smollm2(); "
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

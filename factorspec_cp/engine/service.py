@@ -38,6 +38,7 @@ or a killed worker.
 from __future__ import annotations
 
 import atexit
+import gc
 import multiprocessing as mp
 import os
 import pickle
@@ -72,6 +73,11 @@ DRAFT_WAIT_ENV = "FACTORSPEC_DRAFT_WAIT_MS"
 #: a worker lowers its scheduling priority by this much (``os.nice``; 0: not at all): it computes while the forward
 #: pass runs, and where it shares the cores with the engine, the engine's step loop must not wait behind it for a core
 WORKER_NICE = 10
+#: a worker runs its full garbage collections itself, when no message waits and at most once in this many seconds,
+#: instead of where the interpreter would (in the middle of a step's rows: 20-50 ms each, measured in a worker that
+#: served trip, calendar and tool-call requests); the objects of its start-up (modules, vocabulary) are frozen out of
+#: them
+WORKER_GC_EVERY = 1.0
 _PREFIX = "factorspec-"
 _BITS = [int(np.uint32(1 << b).view(np.int32)) for b in range(32)]  # the int32 word with bit b set
 _ALIVE_EVERY = 1e-3  # seconds between two checks that a worker lives, when tokens are posted to it
@@ -167,6 +173,11 @@ def _worker_main(conn: Any, segment: str, slots: int, words: int, vocab: Vocabul
         os.nice(WORKER_NICE)
     seg = _Segment(slots, words, name=segment)
     compiler = GrammarCompiler(vocab, workers=0, **options)  # in-process here, whatever the environment says
+    gc.collect()
+    gc.freeze()  # what start-up made lives as long as the worker: no collection needs to walk it again
+    young, middle, _ = gc.get_threshold()
+    gc.set_threshold(young, middle, 1 << 30)  # full collections: below, where no step waits for them
+    collected = time.monotonic()
     canonical = options.get("mode", "canonical") == "canonical"
     grammars: dict[int, Any] = {}
 
@@ -237,6 +248,9 @@ def _worker_main(conn: Any, segment: str, slots: int, words: int, vocab: Vocabul
 
     while True:
         try:
+            if time.monotonic() - collected > WORKER_GC_EVERY and not conn.poll():
+                gc.collect()
+                collected = time.monotonic()
             msg = conn.recv()
         except (EOFError, OSError):
             break
