@@ -189,6 +189,68 @@ def test_a_draft_inside_a_capped_run_waits_for_no_worker(vocab):
         assert g.is_terminated() and g.record() == r.record()
 
 
+def test_a_draft_undone_past_the_state_asked_for_costs_no_wait_at_the_next_step(vocab):
+    """Verify steps in a capped run: a draft taken past its half asks for the state ahead, and undone it leaves that
+    state off the request's path, which is not asked for again (the run read still answers). The next commit, past
+    the half, asks for the state after it; the next draft, to the end of the run read, then finds that state
+    published and covering it: with the worker stopped (SIGSTOP) the step's draft, rows and rollback complete.
+    Before, the undone draft asked for the state it returned to, whose run ends where the read one does, so the
+    draft to the run's end asked for yet another state and waited for it."""
+    import threading
+    import time
+
+    spec, toks, local = _capped_at_start(vocab)
+    words = mask_words(vocab.size)
+    a, b = np.zeros((1, words), np.int32), np.zeros((1, words), np.int32)
+    half = RUN_MAX // 2
+    with ConstraintService(vocab, workers=1, slots=4) as svc:
+        g, r = svc.open(spec), local.compile(spec).grammar()
+        assert g.certain_run(RUN_MAX) == toks[:RUN_MAX]  # the base: a capped run
+        assert g.accept(toks[:half])  # a draft past half of it
+        g.fill(a, 0)
+        g.rollback(half)
+        assert g.accept(toks[:half + 1])  # the commit: draft and one token
+        assert g.certain_run(RUN_MAX - half - 1) == toks[half + 1:RUN_MAX]  # the rest of the run read
+        w = g._worker
+        deadline = time.monotonic() + 20
+        while w.segment.flat[g._slot * 8 + 6] != g._seq and time.monotonic() < deadline:
+            time.sleep(0.001)  # the state asked for last: its run and its row published
+        assert w.segment.flat[g._slot * 8 + 6] == g._seq, "the state asked for last has no row (its run is capped)"
+        os.kill(w.process.pid, signal.SIGSTOP)
+        seen: dict[str, object] = {}
+
+        def verify_step() -> None:
+            g.fill(a, 0)
+            seen["accepted"] = g.accept(toks[half + 1:RUN_MAX])
+            g.fill(b, 0)
+            g.rollback(RUN_MAX - half - 1)
+            seen["done"] = True
+
+        try:
+            t = threading.Thread(target=verify_step, daemon=True)
+            t.start()
+            t.join(20)
+        finally:
+            os.kill(w.process.pid, signal.SIGCONT)
+        t.join(20)
+        assert seen.get("done"), "the verify step waited for the stopped worker"
+        assert seen["accepted"]
+        ref = np.zeros((1, words), np.int32)
+        assert r.accept(toks[:half + 1])
+        r.fill(ref, 0)
+        assert np.array_equal(a, ref)
+        assert r.accept(toks[half + 1:RUN_MAX])
+        r.fill(ref, 0)
+        assert np.array_equal(b, ref)
+        r.rollback(RUN_MAX - half - 1)
+        for k in range(half + 1, len(toks)):
+            g.fill(a, 0)
+            r.fill(b, 0)
+            assert np.array_equal(a, b), k
+            assert g.accept([toks[k]]) and r.accept([toks[k]])
+        assert g.is_terminated() and g.record() == r.record()
+
+
 def test_a_row_is_published_before_the_request_moves_on_in_the_same_batch(vocab):
     """Tokens past half of a capped run ask for the state ahead; more tokens taken from the run read go to the worker
     in the same message, with no new state asked for. The worker computes the state ahead's row before those tokens

@@ -436,6 +436,7 @@ class ServiceGrammar:
         self._bseq = -1
         self._off = 0  # tokens taken since the state of ``_base``
         self._poff = 0  # tokens taken since the state last asked for (``_seq``), which may be newer than the base
+        self._stale = False  # the state last asked for is off the request's path (a draft past it undone)
         vocab = service.vocab
         self._eos = frozenset(t for t in vocab.eos_token_ids if vocab.tokens[t] is None)  # EOS as the decoder takes it
         self._last = -1
@@ -451,6 +452,10 @@ class ServiceGrammar:
         """The slot, once the worker has written the state last asked for into it (its run and flags; with ``row``,
         its row too), which becomes the base; ``None`` if that takes longer than ``wait`` seconds (``None``: no
         limit). Tokens taken since the last read go to the workers first."""
+        if self._stale:  # the state asked for is off the path: the worker publishes the request's own state
+            self._seq += 1
+            self._worker.post("back", self._slot, 0, self._seq)
+            self._poff, self._stale = 0, False
         w, slot, seq = self._worker, self._slot, self._seq
         if w.dead:  # found dead by any call: the request is lost, even where its last row is still there
             raise w.died()
@@ -504,6 +509,17 @@ class ServiceGrammar:
         self._ready()
         return True
 
+    def _covered_ahead(self, poff: int) -> bool:
+        """Whether the state asked for since an older base is published, and its run covers ``poff`` tokens past it
+        (read without a wait; it may lie behind the base's end, as after a draft undone)."""
+        if self._bseq == self._seq or self._stale:
+            return False
+        flat, at = self._worker.segment.flat, self._slot * _HDR
+        if flat is None or flat[at] != self._seq or flat[at + 5]:
+            return False
+        n = flat[at + 3]
+        return poff < n or (poff == n and bool(flat[at + 4]))
+
     def _decide(self, tokens: list[int]) -> int | None:
         """How many of ``tokens`` are admitted in turn from the current position; None if the answer is not known
         from the published state."""
@@ -551,22 +567,21 @@ class ServiceGrammar:
         if n is not None:
             run, has_row = self._base.run, self._base.has_row  # type: ignore[union-attr]
             off = self._off + len(toks)
-            if (off > len(run) or (off == len(run) and not has_row)) and self._bseq != self._seq:
-                # past an older base: the state asked for since covers the position (its run holds the rest of the
-                # base's run), read at the next question
+            if (off > len(run) or (off == len(run) and not has_row)) and self._covered_ahead(self._poff + len(toks)):
+                # past an older base, into the state asked for since (published, and its run covers the position)
                 self._worker.post("take", self._slot, toks, None)
                 self._base, self._bseq, self._off, self._poff = None, -1, 0, self._poff + len(toks)
             elif off > len(run) or (off == len(run) and not has_row):  # past what is published: the worker
                 self._seq += 1  # publishes the state after these tokens meanwhile
                 self._worker.post("take", self._slot, toks, self._seq)
-                self._base, self._bseq, self._off, self._poff = None, -1, 0, 0
-            elif len(run) == RUN_MAX and len(run) - off <= RUN_MAX // 2 and self._bseq == self._seq:
+                self._base, self._bseq, self._off, self._poff, self._stale = None, -1, 0, 0, False
+            elif len(run) == RUN_MAX and len(run) - off <= RUN_MAX // 2 and (self._bseq == self._seq or self._stale):
                 # a capped run running short: the worker publishes the state after these tokens meanwhile, and the
                 # run read stays the base while it covers the position (a draft taken to fill the row after it
                 # and undone, as a verify step does, waits for nothing)
                 self._seq += 1
                 self._worker.post("take", self._slot, toks, self._seq)
-                self._off, self._poff = off, 0
+                self._off, self._poff, self._stale = off, 0, False
             else:
                 self._worker.post("take", self._slot, toks, None)
                 self._off, self._poff = off, self._poff + len(toks)
@@ -575,7 +590,7 @@ class ServiceGrammar:
             return True
         ok, self._seq = self._worker.call("accept", self._slot, toks)
         if ok:
-            self._base, self._bseq, self._off, self._poff = None, -1, 0, 0
+            self._base, self._bseq, self._off, self._poff, self._stale = None, -1, 0, 0, False
             self._count += len(toks)
             self._last = toks[-1]
         return bool(ok)
@@ -594,17 +609,21 @@ class ServiceGrammar:
         if not k:
             return
         # the worker undoes the tokens with the next batch; the engine does not wait for it
-        if k <= self._poff:  # back inside the state last asked for: the worker need not publish again
+        if self._base is not None and k <= self._off:  # back inside the base, which still answers
+            self._worker.post("back", self._slot, k, None)
+            if not self._stale and k <= self._poff:
+                self._poff -= k
+            else:  # back past the state asked for (a draft undone): asked for again only where needed
+                self._stale = True
+            self._off -= k
+        elif not self._stale and k <= self._poff:  # back inside the state asked for
             self._worker.post("back", self._slot, k, None)
             self._poff -= k
+            self._base, self._bseq, self._off = None, -1, 0
         else:  # back past it: the worker publishes the state it returns to
             self._seq += 1
             self._worker.post("back", self._slot, k, self._seq)
-            self._poff = 0
-        if self._base is not None and k <= self._off:  # back inside the base, which still answers
-            self._off -= k
-        else:
-            self._base, self._bseq, self._off = None, -1, 0
+            self._base, self._bseq, self._off, self._poff, self._stale = None, -1, 0, 0, False
         self._count -= k
         self._last = -1  # EOS ends a record: the token before the undone ones is not one
 
@@ -630,7 +649,7 @@ class ServiceGrammar:
         self._service._flush()  # the draft is the last thing asked before a forward pass: the step's tokens go now
         if self._bseq != self._seq:  # a newer state was asked for: taken if published, else the base's run
             flat, word = self._worker.segment.flat, self._slot * _HDR
-            if flat is not None and flat[word] == self._seq:
+            if not self._stale and flat is not None and flat[word] == self._seq:
                 self._ready()
             elif (self._base is not None and self._off < len(self._base.run)
                   and (len(self._base.run) - self._off >= k or self._service.draft_wait is not None)):
