@@ -249,6 +249,19 @@ def search_ngram(engine: Any, problems: list[Problem], max_tokens: int, progress
     return best["shape"], trials
 
 
+def _without_note(argv: list[str]) -> list[str]:
+    """The command's arguments without ``--bench-note`` (the report prints the note on its own)."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--bench-note":
+            skip = True
+        elif not a.startswith("--bench-note="):
+            out.append(a)
+    return out
+
+
 def _objectives(text: str) -> list[str]:
     """``--objective`` as a list: none, gold and earliest, comma-separated, in the order given (both: none,gold)."""
     out: list[str] = []
@@ -292,7 +305,8 @@ def run(args: argparse.Namespace) -> int:
     result: dict[str, Any] = {
         "machine": f"{platform.machine()}, {platform.python_version()}, torch threads {args.threads}",
         "model": model.name, "width": args.width, "batch": args.batch,
-        "command": " ".join(["factorspec", "bench", "generate", *sys.argv[3:]]) if len(sys.argv) > 2 else "",
+        "command": " ".join(["factorspec", "bench", "generate", *_without_note(sys.argv[3:])]) if len(sys.argv) > 2
+        else "",
         "bench_note": getattr(args, "bench_note", ""),
         "suites": {}}
     widths = [int(w) for w in args.widths.split(",") if w]
