@@ -251,6 +251,23 @@ def test_a_draft_undone_past_the_state_asked_for_costs_no_wait_at_the_next_step(
         assert g.is_terminated() and g.record() == r.record()
 
 
+def test_a_longer_draft_after_one_undone_is_read_from_the_request_s_own_state(vocab):
+    """A draft past half of a capped run asks for the state after it; undone, that state is off the request's path.
+    A longer draft then asked for, more than the run read still holds, must come from the request's own state (the
+    worker publishes it), not from the state after the undone draft."""
+    spec, toks, local = _capped_at_start(vocab)
+    r = local.compile(spec).grammar()
+    with ConstraintService(vocab, workers=1, slots=4) as svc:
+        g = svc.open(spec)
+        assert g.certain_run(RUN_MAX) == toks[:RUN_MAX]  # the base: a capped run
+        assert g.accept(toks[:30])  # a commit inside it
+        assert g.certain_run(10) == toks[30:40]
+        assert g.accept(toks[30:40])  # the draft, past half of the run: the state after it is asked for
+        g.rollback(10)  # undone: that state is off the path
+        assert r.accept(toks[:30])
+        assert g.certain_run(40) == r.certain_run(40) == toks[30:70]  # more than the run read holds from here
+
+
 def test_a_row_is_published_before_the_request_moves_on_in_the_same_batch(vocab):
     """Tokens past half of a capped run ask for the state ahead; more tokens taken from the run read go to the worker
     in the same message, with no new state asked for. The worker computes the state ahead's row before those tokens
@@ -272,6 +289,74 @@ def test_a_row_is_published_before_the_request_moves_on_in_the_same_batch(vocab)
             assert np.array_equal(a, b), k
             assert g.accept([toks[k]]) and r.accept([toks[k]])
         assert g.is_terminated() and g.record() == r.record()
+
+
+@pytest.mark.parametrize("draft_wait", [None, 0.0])
+@pytest.mark.parametrize("seed", range(8))
+def test_random_verbs_agree_with_in_process_grammars(vocab, draft_wait, seed):
+    """Random sequences of what servers do, each compared with an in-process grammar after every call: verify steps
+    (a draft of 1-64 tokens taken, the rows before and after it filled, the draft undone, then the draft and the next
+    gold token committed, or nothing), commits of 1-24 gold tokens, up to 40 committed tokens undone, refused tokens,
+    ``validate``, ``is_complete``; four requests interleaved on one worker (capped runs, states asked for ahead,
+    drafts undone past them). Drafts must equal the in-process run, or with ``draft_wait`` be a prefix of it."""
+    import random
+
+    rng = random.Random(seed)
+    local = GrammarCompiler(vocab, workers=0)
+    words = mask_words(vocab.size)
+    a, b = np.zeros((1, words), np.int32), np.zeros((1, words), np.int32)
+    cases = _cases(vocab)
+    with ConstraintService(vocab, workers=1, slots=8, draft_wait=draft_wait) as svc:
+        reqs = [[svc.open(spec), local.compile(spec).grammar(), toks, 0] for spec, toks in cases]
+        ops = 0
+        while any(pos < len(toks) for _, _, toks, pos in reqs):
+            req = rng.choice([q for q in reqs if q[3] < len(q[2])])
+            g, r, toks, pos = req
+            op = rng.random()
+            ops += 1
+            if op < 0.5:  # a verify step, then (mostly) its commit
+                k = rng.randint(1, 64)
+                want, draft = r.certain_run(k), g.certain_run(k)
+                assert draft == want or (draft_wait is not None and draft == want[:len(draft)]), (ops, pos)
+                g.fill(a, 0)
+                r.fill(b, 0)
+                assert np.array_equal(a, b), (ops, pos)
+                if draft:
+                    assert g.accept(draft) and r.accept(draft)
+                    g.fill(a, 0)
+                    r.fill(b, 0)
+                    assert np.array_equal(a, b), (ops, pos)
+                    g.rollback(len(draft))
+                    r.rollback(len(draft))
+                if op < 0.4:
+                    step = toks[pos:pos + len(draft) + 1]
+                    assert g.accept(step) and r.accept(step), (ops, pos)
+                    req[3] = pos + len(step)
+            elif op < 0.65:  # a commit
+                n = rng.randint(1, min(24, len(toks) - pos))
+                assert g.accept(toks[pos:pos + n]) and r.accept(toks[pos:pos + n]), (ops, pos)
+                req[3] = pos + n
+            elif op < 0.8 and pos:  # committed tokens undone
+                k = min(pos, rng.choice([1, 2, 3, rng.randint(1, 40)]))
+                g.rollback(k)
+                r.rollback(k)
+                req[3] = pos - k
+            elif op < 0.87:  # a token the grammar refuses changes nothing
+                r.fill(b, 0)
+                bits = np.unpackbits(b[0].view(np.uint8), bitorder="little")[:vocab.size]
+                if not bits.all():
+                    bad = int(np.flatnonzero(bits == 0)[0])
+                    assert not g.accept([bad]) and not r.accept([bad])
+            elif op < 0.95:
+                m = rng.randint(1, 12)
+                assert g.validate(toks[pos:pos + m]) == r.validate(toks[pos:pos + m]), (ops, pos)
+            else:
+                assert g.is_complete() == r.is_complete(), (ops, pos)
+            assert g.num_tokens == r.num_tokens == req[3]
+            assert g.is_terminated() == r.is_terminated()
+        for g, r, _, _ in reqs:
+            assert g.is_terminated() and g.is_complete() and g.record() == r.record()
+        assert ops > 30
 
 
 def test_a_refused_token_changes_nothing_and_bad_declarations_raise_their_typed_error(service, vocab):
