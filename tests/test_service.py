@@ -150,7 +150,8 @@ def test_a_draft_inside_a_capped_run_waits_for_no_worker(vocab):
     a, b = np.zeros((1, words), np.int32), np.zeros((1, words), np.int32)
     with ConstraintService(vocab, workers=1, slots=4, draft_wait=0.0) as svc:
         g, r = svc.open(spec), local.compile(spec).grammar()
-        assert g.certain_run(RUN_MAX) == toks[:RUN_MAX]  # read: the base, a capped run
+        g.fill(a, 0)  # a row waits for the worker (a draft would not): the run is read, the base
+        assert g.certain_run(RUN_MAX) == toks[:RUN_MAX]  # a capped run
         half = RUN_MAX // 2 + 1
         assert g.accept(toks[:half]) and r.accept(toks[:half])  # asks for the state ahead
         pid = svc.workers[0].pid
