@@ -397,6 +397,8 @@ def test_a_killed_worker_fails_only_its_requests_and_is_replaced(vocab):
             g0.accept([cases[0][1][0]])
         with pytest.raises(WorkerDied):
             g0.fill(np.zeros((1, mask_words(vocab.size)), np.int32), 0)
+        with pytest.raises(WorkerDied):
+            g0.certain_run(8)
         assert g1.accept(cases[1][1][:2])  # the other worker's request goes on
         g2 = s.open(cases[0][0])  # a new request: the dead worker is replaced
         assert s.replaced == 1 and dead_segment not in _segments() and dead_segment not in s.segments

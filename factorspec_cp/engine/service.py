@@ -248,7 +248,8 @@ def _worker_main(conn: Any, segment: str, slots: int, words: int, vocab: Vocabul
 
     while True:
         try:
-            if time.monotonic() - collected > WORKER_GC_EVERY and not conn.poll():
+            idle = time.monotonic() - collected
+            if idle > WORKER_GC_EVERY and (idle > 10 * WORKER_GC_EVERY or not conn.poll()):  # busy for long: anyway
                 gc.collect()
                 collected = time.monotonic()
             msg = conn.recv()
@@ -484,6 +485,14 @@ class ServiceGrammar:
             self._base = _Published(w.segment.runs[slot, :flat[at + 3]].tolist(), bool(flat[at + 4]),
                                     bool(flat[at + 1]), bool(flat[at + 2]))
             self._bseq, self._off = seq, self._poff
+            b = self._base
+            if self._canonical and not (self._off < len(b.run) or (self._off == len(b.run) and b.has_row)):
+                # the tokens taken since that state run past what it published (the decoder's certain runs go on
+                # where they were cut, so this does not happen; kept as a guard): the request's own state instead
+                self._seq += 1
+                self._worker.post("back", self._slot, 0, self._seq)
+                self._poff = 0
+                return self._ready(row, wait)
         return w.segment
 
     def _known(self) -> bool:
@@ -498,15 +507,7 @@ class ServiceGrammar:
             return self._off < len(b.run) or (self._off == len(b.run) and b.has_row)
         if b is not None and self._off < len(b.run):  # an older base (a capped run) still covers it: no wait
             return True
-        self._ready()
-        b = self._base
-        if self._off < len(b.run) or (self._off == len(b.run) and b.has_row):  # type: ignore[union-attr]
-            return True
-        # not covered (the accepts ask for a new state before that happens; kept as a guard): the state itself
-        self._seq += 1
-        self._worker.post("back", self._slot, 0, self._seq)
-        self._poff = 0
-        self._ready()
+        self._ready()  # which reads a state that covers the position
         return True
 
     def _covered_ahead(self, poff: int) -> bool:
@@ -647,6 +648,8 @@ class ServiceGrammar:
         if not self._canonical:
             return []
         self._service._flush()  # the draft is the last thing asked before a forward pass: the step's tokens go now
+        if self._worker.dead:  # found dead by the flush: no draft from what it published before
+            raise self._worker.died()
         if self._bseq != self._seq:  # a newer state was asked for: taken if published, else the base's run
             flat, word = self._worker.segment.flat, self._slot * _HDR
             if not self._stale and flat is not None and flat[word] == self._seq:
