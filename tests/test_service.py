@@ -14,6 +14,7 @@ from factorspec_cp.bench.generate import bfcl_problems, trip_problems
 from factorspec_cp.bench.masks import gold_walk
 from factorspec_cp.engine.grammar import GrammarCompiler
 from factorspec_cp.engine.service import (
+    _HDR,
     RUN_MAX,
     ConstraintService,
     ServiceGrammar,
@@ -138,13 +139,41 @@ def _capped_at_start(vocab):
     return spec, toks, local
 
 
+def _completes_while_stopped(pid: int, step) -> bool:
+    """Run ``step`` in a thread while process ``pid`` is stopped (SIGSTOP): whether it completed within 20 s
+    without that process. The process is continued either way, and the thread then joined."""
+    import threading
+
+    done: list[bool] = []
+    t = threading.Thread(target=lambda: (step(), done.append(True)), daemon=True)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        t.start()
+        t.join(20)
+        completed = bool(done)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    t.join(20)
+    return completed
+
+
+def _finish_alike(g, r, toks: list[int], start: int) -> None:
+    """Write the rest of the gold stream through both grammars, the rows equal at each position, to the same
+    record."""
+    a, b = np.zeros((1, r.words), np.int32), np.zeros((1, r.words), np.int32)
+    for k in range(start, len(toks)):
+        g.fill(a, 0)
+        r.fill(b, 0)
+        assert np.array_equal(a, b), k
+        assert g.accept([toks[k]]) and r.accept([toks[k]])
+    assert g.is_terminated() and g.record() == r.record()
+
+
 def test_a_draft_inside_a_capped_run_waits_for_no_worker(vocab):
     """Past half of a capped run the proxy asks the worker for the state ahead, but the run it read still answers: a
     verify step's draft inside it (accept, fill the row after it, roll back) needs no worker, shown with the worker
     stopped (SIGSTOP); then the request goes on to the in-process record. Before, the draft's accept waited for the
     worker."""
-    import threading
-
     spec, toks, local = _capped_at_start(vocab)
     words = mask_words(vocab.size)
     a, b = np.zeros((1, words), np.int32), np.zeros((1, words), np.int32)
@@ -154,8 +183,6 @@ def test_a_draft_inside_a_capped_run_waits_for_no_worker(vocab):
         assert g.certain_run(RUN_MAX) == toks[:RUN_MAX]  # a capped run
         half = RUN_MAX // 2 + 1
         assert g.accept(toks[:half]) and r.accept(toks[:half])  # asks for the state ahead
-        pid = svc.workers[0].pid
-        os.kill(pid, signal.SIGSTOP)
         seen: dict[str, object] = {}
 
         def verify_step() -> None:
@@ -164,16 +191,8 @@ def test_a_draft_inside_a_capped_run_waits_for_no_worker(vocab):
             seen["accepted"] = g.accept(toks[half:half + 8])
             g.fill(b, 0)
             g.rollback(8)
-            seen["done"] = True
 
-        try:
-            t = threading.Thread(target=verify_step, daemon=True)
-            t.start()
-            t.join(20)
-        finally:
-            os.kill(pid, signal.SIGCONT)
-        t.join(20)
-        assert seen.get("done"), "the verify step waited for the stopped worker"
+        assert _completes_while_stopped(svc.workers[0].pid, verify_step), "the verify step waited for the worker"
         assert seen["draft"] == toks[half:half + 8] and seen["accepted"]
         ref = np.zeros((1, words), np.int32)
         r.fill(ref, 0)
@@ -182,12 +201,7 @@ def test_a_draft_inside_a_capped_run_waits_for_no_worker(vocab):
         r.fill(ref, 0)
         assert np.array_equal(b, ref)
         r.rollback(8)
-        for k in range(half, len(toks)):  # then on to the end, a row at each position
-            g.fill(a, 0)
-            r.fill(b, 0)
-            assert np.array_equal(a, b), k
-            assert g.accept([toks[k]]) and r.accept([toks[k]])
-        assert g.is_terminated() and g.record() == r.record()
+        _finish_alike(g, r, toks, half)
 
 
 def test_a_draft_undone_past_the_state_asked_for_costs_no_wait_at_the_next_step(vocab):
@@ -197,7 +211,6 @@ def test_a_draft_undone_past_the_state_asked_for_costs_no_wait_at_the_next_step(
     published and covering it: with the worker stopped (SIGSTOP) the step's draft, rows and rollback complete.
     Before, the undone draft asked for the state it returned to, whose run ends where the read one does, so the
     draft to the run's end asked for yet another state and waited for it."""
-    import threading
     import time
 
     spec, toks, local = _capped_at_start(vocab)
@@ -212,12 +225,11 @@ def test_a_draft_undone_past_the_state_asked_for_costs_no_wait_at_the_next_step(
         g.rollback(half)
         assert g.accept(toks[:half + 1])  # the commit: draft and one token
         assert g.certain_run(RUN_MAX - half - 1) == toks[half + 1:RUN_MAX]  # the rest of the run read
-        w = g._worker
+        w, row_seq = g._worker, g._slot * _HDR + 6
         deadline = time.monotonic() + 20
-        while w.segment.flat[g._slot * 8 + 6] != g._seq and time.monotonic() < deadline:
+        while w.segment.flat[row_seq] != g._seq and time.monotonic() < deadline:
             time.sleep(0.001)  # the state asked for last: its run and its row published
-        assert w.segment.flat[g._slot * 8 + 6] == g._seq, "the state asked for last has no row (its run is capped)"
-        os.kill(w.process.pid, signal.SIGSTOP)
+        assert w.segment.flat[row_seq] == g._seq, "the state asked for last has no row (its run is capped)"
         seen: dict[str, object] = {}
 
         def verify_step() -> None:
@@ -225,16 +237,8 @@ def test_a_draft_undone_past_the_state_asked_for_costs_no_wait_at_the_next_step(
             seen["accepted"] = g.accept(toks[half + 1:RUN_MAX])
             g.fill(b, 0)
             g.rollback(RUN_MAX - half - 1)
-            seen["done"] = True
 
-        try:
-            t = threading.Thread(target=verify_step, daemon=True)
-            t.start()
-            t.join(20)
-        finally:
-            os.kill(w.process.pid, signal.SIGCONT)
-        t.join(20)
-        assert seen.get("done"), "the verify step waited for the stopped worker"
+        assert _completes_while_stopped(w.process.pid, verify_step), "the verify step waited for the worker"
         assert seen["accepted"]
         ref = np.zeros((1, words), np.int32)
         assert r.accept(toks[:half + 1])
@@ -244,12 +248,7 @@ def test_a_draft_undone_past_the_state_asked_for_costs_no_wait_at_the_next_step(
         r.fill(ref, 0)
         assert np.array_equal(b, ref)
         r.rollback(RUN_MAX - half - 1)
-        for k in range(half + 1, len(toks)):
-            g.fill(a, 0)
-            r.fill(b, 0)
-            assert np.array_equal(a, b), k
-            assert g.accept([toks[k]]) and r.accept([toks[k]])
-        assert g.is_terminated() and g.record() == r.record()
+        _finish_alike(g, r, toks, half + 1)
 
 
 def test_a_longer_draft_after_one_undone_is_read_from_the_request_s_own_state(vocab):
@@ -275,8 +274,6 @@ def test_a_row_is_published_before_the_request_moves_on_in_the_same_batch(vocab)
     move its grammar on (computed after the message, from the later position, the worker refused the slot); every
     row after equals the in-process one."""
     spec, toks, local = _capped_at_start(vocab)
-    words = mask_words(vocab.size)
-    a, b = np.zeros((1, words), np.int32), np.zeros((1, words), np.int32)
     with ConstraintService(vocab, workers=1, slots=4) as svc:
         g, r = svc.open(spec), local.compile(spec).grammar()
         assert g.certain_run(RUN_MAX) == toks[:RUN_MAX]  # the base: a capped run, no row
@@ -284,12 +281,7 @@ def test_a_row_is_published_before_the_request_moves_on_in_the_same_batch(vocab)
         assert g.accept(toks[:half]) and g.accept(toks[half:inside])  # one message: the state ahead, then more
         assert g.certain_run(4) == toks[inside:inside + 4]  # from the run read; the message goes to the worker now
         assert r.accept(toks[:inside])
-        for k in range(inside, len(toks)):
-            g.fill(a, 0)
-            r.fill(b, 0)
-            assert np.array_equal(a, b), k
-            assert g.accept([toks[k]]) and r.accept([toks[k]])
-        assert g.is_terminated() and g.record() == r.record()
+        _finish_alike(g, r, toks, inside)
 
 
 @pytest.mark.parametrize("draft_wait", [None, 0.0])

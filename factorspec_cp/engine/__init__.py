@@ -2,7 +2,7 @@
 
 The names below load on first use (PEP 562): ``factorspec_cp.engine.grammar`` and ``.service`` (what constraint
 workers and server plugins import) must not import torch through this package. A worker process that imported it
-held some 100,000 more objects, which every full garbage collection walks (about 50 ms a time, in the middle of a
+held some 140,000 more objects, which every full garbage collection walks (about 50 ms a time, in the middle of a
 step's rows).
 """
 

@@ -74,14 +74,20 @@ DRAFT_WAIT_ENV = "FACTORSPEC_DRAFT_WAIT_MS"
 #: pass runs, and where it shares the cores with the engine, the engine's step loop must not wait behind it for a core
 WORKER_NICE = 10
 #: a worker runs its full garbage collections itself, when no message waits and at most once in this many seconds,
-#: instead of where the interpreter would (in the middle of a step's rows: 20-50 ms each, measured in a worker that
-#: served trip, calendar and tool-call requests); the objects of its start-up (modules, vocabulary) are frozen out of
-#: them
+#: instead of where the interpreter would (in the middle of a step's rows: 50-55 ms each with torch imported, 6-40 ms
+#: without, measured in a worker that served trip, calendar and tool-call requests); the objects of its start-up
+#: (modules, vocabulary) are frozen out of them
 WORKER_GC_EVERY = 1.0
 _PREFIX = "factorspec-"
 _BITS = [int(np.uint32(1 << b).view(np.int32)) for b in range(32)]  # the int32 word with bit b set
 _ALIVE_EVERY = 1e-3  # seconds between two checks that a worker lives, when tokens are posted to it
 _HDR = 8  # int64 per slot: run seq, terminated, complete, run length, has row, error, row seq, spare
+
+
+def _covers(off: int, run: int, has_row: Any) -> bool:
+    """Whether a published state with a run of ``run`` tokens (and its row, if ``has_row``) answers ``off`` tokens
+    past it: inside the run, or at its end where the row was published with it."""
+    return off < run or (off == run and bool(has_row))
 
 
 def workers_from_env(default: int = 0) -> int:
@@ -454,9 +460,7 @@ class ServiceGrammar:
         its row too), which becomes the base; ``None`` if that takes longer than ``wait`` seconds (``None``: no
         limit). Tokens taken since the last read go to the workers first."""
         if self._stale:  # the state asked for is off the path: the worker publishes the request's own state
-            self._seq += 1
-            self._worker.post("back", self._slot, 0, self._seq)
-            self._poff, self._stale = 0, False
+            self._ask_own_state()
         w, slot, seq = self._worker, self._slot, self._seq
         if w.dead:  # found dead by any call: the request is lost, even where its last row is still there
             raise w.died()
@@ -485,15 +489,18 @@ class ServiceGrammar:
             self._base = _Published(w.segment.runs[slot, :flat[at + 3]].tolist(), bool(flat[at + 4]),
                                     bool(flat[at + 1]), bool(flat[at + 2]))
             self._bseq, self._off = seq, self._poff
-            b = self._base
-            if self._canonical and not (self._off < len(b.run) or (self._off == len(b.run) and b.has_row)):
+            if self._canonical and not _covers(self._off, len(self._base.run), self._base.has_row):
                 # the tokens taken since that state run past what it published (the decoder's certain runs go on
                 # where they were cut, so this does not happen; kept as a guard): the request's own state instead
-                self._seq += 1
-                self._worker.post("back", self._slot, 0, self._seq)
-                self._poff = 0
+                self._ask_own_state()
                 return self._ready(row, wait)
         return w.segment
+
+    def _ask_own_state(self) -> None:
+        """Ask the worker to publish the request's current state (no token taken: an undo of none)."""
+        self._seq += 1
+        self._worker.post("back", self._slot, 0, self._seq)
+        self._poff, self._stale = 0, False
 
     def _known(self) -> bool:
         """Whether a published state covers the current position (at most one chosen token past its run): the base
@@ -504,7 +511,7 @@ class ServiceGrammar:
             raise self._worker.died()
         b = self._base
         if b is not None and self._bseq == self._seq:
-            return self._off < len(b.run) or (self._off == len(b.run) and b.has_row)
+            return _covers(self._off, len(b.run), b.has_row)
         if b is not None and self._off < len(b.run):  # an older base (a capped run) still covers it: no wait
             return True
         self._ready()  # which reads a state that covers the position
@@ -518,8 +525,7 @@ class ServiceGrammar:
         flat, at = self._worker.segment.flat, self._slot * _HDR
         if flat is None or flat[at] != self._seq or flat[at + 5]:
             return False
-        n = flat[at + 3]
-        return poff < n or (poff == n and bool(flat[at + 4]))
+        return _covers(poff, flat[at + 3], flat[at + 4])
 
     def _decide(self, tokens: list[int]) -> int | None:
         """How many of ``tokens`` are admitted in turn from the current position; None if the answer is not known
@@ -568,11 +574,12 @@ class ServiceGrammar:
         if n is not None:
             run, has_row = self._base.run, self._base.has_row  # type: ignore[union-attr]
             off = self._off + len(toks)
-            if (off > len(run) or (off == len(run) and not has_row)) and self._covered_ahead(self._poff + len(toks)):
+            past = not _covers(off, len(run), has_row)
+            if past and self._covered_ahead(self._poff + len(toks)):
                 # past an older base, into the state asked for since (published, and its run covers the position)
                 self._worker.post("take", self._slot, toks, None)
                 self._base, self._bseq, self._off, self._poff = None, -1, 0, self._poff + len(toks)
-            elif off > len(run) or (off == len(run) and not has_row):  # past what is published: the worker
+            elif past:  # past what is published: the worker
                 self._seq += 1  # publishes the state after these tokens meanwhile
                 self._worker.post("take", self._slot, toks, self._seq)
                 self._base, self._bseq, self._off, self._poff, self._stale = None, -1, 0, 0, False
