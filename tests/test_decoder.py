@@ -208,10 +208,15 @@ def oracle(name: str) -> Oracle:
     return _oracles[name]
 
 
-def walk(spec: fs.Spec, orc: Oracle, texts: set[bytes], mode: str, indent: int | None, rng: random.Random) -> int:
-    """One random walk, checking every mask; returns the number of positions checked."""
+def walk(spec: fs.Spec, orc: Oracle, texts: set[bytes], mode: str, indent: int | None, rng: random.Random,
+         prime: bool = False) -> int:
+    """One random walk, checking every mask; returns the number of positions checked. With ``prime``, the decoder
+    first does its set-up work (``Decoder.prime``: the layout's choice tables built ahead, the root's rows), which
+    the later walks of the same declaration share."""
     vocab = orc.vocab
     dec = spec.decoder(vocab, mode=mode, style="compact" if indent is None else indent)
+    if prime:
+        dec.prime()
     typed = b""
     row = np.zeros(mask_words(vocab.size), dtype=np.int32)
     history: list[tuple[int, frozenset[int]]] = []
@@ -267,7 +272,7 @@ def test_masks_equal_brute_force(name: str, mode: str, vocab_name: str) -> None:
     for indent in (None, 2):
         texts = renderings(doc, indent)
         assert texts
-        positions = sum(walk(spec, orc, texts, mode, indent, rng) for _ in range(4))
+        positions = sum(walk(spec, orc, texts, mode, indent, rng, prime=k == 0) for k in range(4))
         assert positions > 6
 
 
@@ -322,3 +327,43 @@ def test_rollback_then_another_token_equals_a_decoder_that_never_rolled_back(mod
             assert np.array_equal(dec.allowed_tokens(), fresh.allowed_tokens()), dec.output()
             assert dec.certain_run(64) == fresh.certain_run(64), dec.output()
         assert dec.record() == json.loads(dec.output())
+
+
+@pytest.mark.parametrize("vocab_name", ["qwen3", "llama3"])
+def test_prime_builds_the_choice_tables_a_walk_needs(vocab_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After ``prime``, random walks through calendar declarations that share a layout build no choice table on
+    the way (each was built ahead, once per layout), and their masks and certain runs equal those of decoders over
+    a second copy of the vocabulary, where every table is built on first visit and nothing is primed."""
+    from factorspec_cp.tokenmap import decoder as D
+    from factorspec_cp.workloads import calendar
+    vocab, cold = VOCABS[vocab_name](), VOCABS[vocab_name]()
+    probs = [calendar.problem(ex) for ex in itertools.islice(calendar.examples(), 12)]
+    specs = [calendar.declaration(p) for p in probs]
+    same = [k for k, s in enumerate(specs) if s.schema == specs[1].schema]  # 1: its start has several root values
+    assert len(same) >= 4
+    first = specs[1].decoder(vocab)
+    assert not first._c.choices
+    first.prime()
+    assert len(first._c.choices) > 50  # the start and end slots' states (the day is certain)
+    assert specs[1].decoder(vocab)._build_choice_tables() == 0  # once per (layout, field)
+    built, armed = D.build_choice_table, [False]
+
+    def build(*args: Any) -> Any:
+        assert not armed[0], "a choice table built on the primed walk"
+        return built(*args)
+
+    monkeypatch.setattr(D, "build_choice_table", build)
+    rng = random.Random(vocab_name)
+    for k in same:
+        dec, ref = specs[k].decoder(vocab).prime(), specs[k].decoder(cold)
+        while not dec.is_terminated():
+            armed[0] = True
+            ids = dec.allowed_tokens()
+            run = dec.certain_run(64)
+            armed[0] = False
+            assert np.array_equal(ids, ref.allowed_tokens()), dec.output()
+            assert run == ref.certain_run(64), dec.output()
+            tok = int(ids[rng.randrange(len(ids))])
+            dec.consume(tok)
+            ref.consume(tok)
+        assert calendar.check(probs[k], dec.record()) == []

@@ -52,7 +52,7 @@ import json
 import threading
 import time
 from bisect import bisect_left
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from dataclasses import field as dc_field
 from typing import TYPE_CHECKING, Any
@@ -100,6 +100,9 @@ def _pack(ids: np.ndarray, size: int) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------------------------------------- tokens
+_LayoutTables = tuple["OrderedDict[State, Any]", "OrderedDict[State, Any]", set[str]]
+
+
 class TokenIndex:
     """A vocabulary's content tokens sorted by bytes: the tokens sharing a prefix are one range ``[lo, hi)``.
 
@@ -118,17 +121,18 @@ class TokenIndex:
             if pairs[k][0] == pairs[k - 1][0]:
                 by_bytes[pairs[k][0]] += (pairs[k][1],)
         self.by_bytes = by_bytes
-        self._layouts: OrderedDict[Any, tuple[OrderedDict[State, Any], OrderedDict[State, Any]]] = OrderedDict()
+        self._layouts: OrderedDict[Any, _LayoutTables] = OrderedDict()
         self.lock = threading.Lock()
 
-    def layout_tables(self, layout_key: Any) -> tuple[OrderedDict[State, Any], OrderedDict[State, Any]]:
+    def layout_tables(self, layout_key: Any) -> _LayoutTables:
         """What one layout (a schema's text and style) keeps over this vocabulary, per state, shared by every
-        declaration with that layout: its choice tables (:class:`ChoiceTable` or ``None``) and its free-string
-        openings (see ``Decoder._opening``), which depend on the layout and the tokens, not on relations."""
+        declaration with that layout: its choice tables (:class:`ChoiceTable` or ``None``), its free-string
+        openings (see ``Decoder._opening``), which depend on the layout and the tokens, not on relations, and the
+        set-up work done for it once (``"choices"``: :meth:`Decoder.prime` built its choice tables ahead)."""
         with self.lock:
             tables = self._layouts.get(layout_key)
             if tables is None:
-                tables = self._layouts[layout_key] = (OrderedDict(), OrderedDict())
+                tables = self._layouts[layout_key] = (OrderedDict(), OrderedDict(), set())
                 if len(self._layouts) > 256:
                     self._layouts.popitem(last=False)
             else:
@@ -184,6 +188,15 @@ class TokenIndex:
 # ------------------------------------------------------------------------------------------------- choice tables
 #: the most candidate values a choice table holds (above it, the walk of the token index)
 CHOICE_MAX = 256
+#: the choice tables a layout keeps over one vocabulary (the least recently used go first)
+CHOICE_TABLES = 4096
+#: what :meth:`Decoder.prime` spends at most, once per layout, building choice tables ahead (seconds, states)
+PRIME_CHOICES_SECONDS = 0.05
+PRIME_CHOICES_STATES = 2048
+#: what :meth:`Decoder.prime` spends at most on the choice rows of the root's admissible sets (seconds)
+PRIME_ROWS_SECONDS = 0.005
+#: a newly planned certain run also computes the mask row where it ends (:meth:`Decoder._row_after`)
+ROW_AHEAD = True
 
 
 @dataclass(frozen=True)
@@ -209,6 +222,14 @@ class ChoiceTable:
     size: int
     rows: OrderedDict[bytes, np.ndarray] = dc_field(default_factory=OrderedDict, compare=False, repr=False)
     by_mask: OrderedDict[bytes, np.ndarray] = dc_field(default_factory=OrderedDict, compare=False, repr=False)
+    # every candidate's ids as mask words and bits, flat, with the candidate each belongs to: a row is one
+    # selection of these and one scatter, not a concatenation and a conversion per candidate (5 us, not 20-30)
+    flat: tuple[np.ndarray, np.ndarray, np.ndarray] = dc_field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        ids = np.concatenate(self.ids) if self.ids else np.zeros(0, dtype=np.int64)
+        owner = np.repeat(np.arange(len(self.ids), dtype=np.intp), [len(i) for i in self.ids])
+        object.__setattr__(self, "flat", (*_word_bits(ids), owner))
 
     def row_for(self, mask: bytes, lock: threading.Lock) -> np.ndarray:
         """The packed row for a session's admissible mask over the field (kept per mask: one dictionary lookup
@@ -233,7 +254,11 @@ class ChoiceTable:
             return hit
         out = np.zeros(mask_words(self.size), dtype=np.uint32)
         if key:
-            np.bitwise_or.at(out, *_word_bits(np.concatenate([self.ids[k] for k in key])))
+            words, bits, owner = self.flat
+            chosen = np.zeros(len(self.ids), dtype=bool)
+            chosen[np.frombuffer(key, dtype=np.uint8)] = True
+            keep = chosen[owner]
+            np.bitwise_or.at(out, words[keep], bits[keep])
         row = out.view(np.int32)
         with lock:
             _remember(self.rows, key, row, 64)
@@ -305,7 +330,7 @@ class _Compiled:
             layout_key: Any = (json.dumps(spec.schema), indent)
         except (TypeError, ValueError):
             layout_key = ("declaration", id(self))
-        self.choices, self.openings = self.index.layout_tables(layout_key)
+        self.choices, self.openings, self.done = self.index.layout_tables(layout_key)
 
     def string_masks(self, slot: StringSlot) -> StringMasks:
         """The masks inside one free string slot (token tables shared per automaton and vocabulary, on disk)."""
@@ -417,13 +442,12 @@ class Decoder:
         t = time.perf_counter()
         self.session.prepare()
         self.stats.solver_seconds += time.perf_counter() - t
+        if len(self._frames) == 1:
+            self._build_choice_tables()
+            self._root_rows()
         if self.mode == "canonical" and len(self._frames) == 1:
-            plan = self._plan()
-            if not plan or plan[-1].state is not None:  # (a run ending with EOS: nothing is chosen after it)
-                for step in plan:
-                    self.consume(step.token)
-                self._exact_row()
-                self.rollback(len(plan))
+            if self._plan() == ():
+                self._exact_row()  # (a run's row is computed with its plan)
         return self
 
     def _repr_html_(self) -> str:
@@ -648,15 +672,7 @@ class Decoder:
         """The mask row at ``state`` from its :class:`ChoiceTable` (the union of the admissible values' tokens, and
         the tokens running into what follows checked under the solver), or ``None`` where no table applies (a wide
         field, asked piecewise, goes to the walk)."""
-        tables = self._c.choices
-        table = tables.get(state, _NONE)
-        if table is _NONE:
-            choice = self.layout.value_choice(state)
-            if choice is not None and choice[0] in self._fields and self.session.wide(choice[0]):
-                return None  # asked piecewise, never listed: not built (another declaration may list it)
-            table = None if choice is None else build_choice_table(self.layout, self._c.index, state, choice)
-            with self._c.index.lock:
-                _remember(tables, state, table, 4096)
+        table = self._choice_table(state)
         if table is None or table.pointer in self._fields and self.session.wide(table.pointer):
             return None
         # the session's admissible set, as a mask over the field's domain: cached with the solver state, and the
@@ -681,6 +697,89 @@ class Decoder:
             ids = np.array(extra, dtype=np.int64)
             np.bitwise_or.at(row.view(np.uint32), *_word_bits(ids))
         return row
+
+    def _choice_table(self, state: State, choice: Any = _NONE) -> ChoiceTable | None:
+        """The :class:`ChoiceTable` at ``state`` (built on first use, kept per layout), or ``None`` where none applies
+        or the field is wide (asked piecewise, never listed: not built; another declaration may list it)."""
+        tables = self._c.choices
+        table = tables.get(state, _NONE)
+        if table is _NONE:
+            choice = self.layout.value_choice(state) if choice is _NONE else choice
+            if choice is not None and choice[0] in self._fields and self.session.wide(choice[0]):
+                return None
+            table = None if choice is None else build_choice_table(self.layout, self._c.index, state, choice)
+            with self._c.index.lock:
+                _remember(tables, state, table, CHOICE_TABLES)
+        return table  # type: ignore[no-any-return]
+
+    def _build_choice_tables(self, seconds: float = PRIME_CHOICES_SECONDS) -> int:
+        """Build ahead the choice tables of the value slots whose field has several admissible values at the root,
+        once per (layout, field): a first visit of a choice then costs a dictionary lookup, as every later one
+        does, instead of the table's build (0.1-0.3 ms, on the path of the mask the model waits for). A walk of the
+        layout alone, breadth first, within ``seconds``: every byte inside those slots (their prefixes are the
+        states the model may choose at), one value of the others (certain, wide, done before or too many to list)
+        to get past them, and every branch of the fixed syntax; free slots end it. What the budget leaves is built
+        on first visit, as before. A table depends on the state alone, so one built here is the one a first visit
+        would build. Returns the tables built."""
+        layout, session, fields, done = self.layout, self.session, self._fields, self._c.done
+        todo = {p for p, f in fields.items() if p not in done and 1 < f.size <= CHOICE_MAX and not session.wide(p)
+                and len(session.admissible(p)) > 1}
+        if not todo:
+            return 0
+        deadline = time.perf_counter() + seconds
+        seen: set[State] = set()
+        queue = deque([layout.start()])
+        built = 0
+        while queue and len(seen) < PRIME_CHOICES_STATES and time.perf_counter() < deadline:
+            st = queue.popleft()
+            if st in seen:
+                continue
+            seen.add(st)
+            slot = layout.slot(st)
+            if slot is not None and slot.kind == "free":
+                continue
+            choice = layout.value_choice(st)
+            if choice is not None:
+                pointer, _, m, before, sub = choice
+                lo, hi = m._span(sub)
+                if pointer not in todo or hi - lo > CHOICE_MAX:
+                    if not sub:  # one value to get past the slot
+                        after = layout.advance(st, before + m.renders[lo])
+                        if after is not None:
+                            queue.append(after)
+                    continue
+                if st not in self._c.choices:
+                    self._choice_table(st, choice)
+                    built += 1
+            for b in sorted(layout.allowed_next_bytes(st)):
+                nxt = layout.advance(st, bytes((b,)))
+                if nxt is not None and nxt not in seen:
+                    queue.append(nxt)
+        with self._c.index.lock:  # done for every declaration with the layout (past the budget: left to first visits)
+            done.update(todo)
+        return built
+
+    def _root_rows(self, seconds: float = PRIME_ROWS_SECONDS) -> int:
+        """Fill, within ``seconds``, the choice tables' rows for the admissible sets at the root (kept per set, so a
+        later declaration with the same sets finds them): a choice that follows another one, with no certain run
+        between them to compute its row ahead (:meth:`_row_after`), then finds it (a row costs 5 us warm, 20-30 us
+        on its first build between other work). Returns the rows looked up."""
+        session, fields, lock = self.session, self._fields, self._c.index.lock
+        deadline = time.perf_counter() + seconds
+        masks: dict[str, bytes | None] = {}
+        n = 0
+        for table in list(self._c.choices.values()):
+            if table is None or table.pointer not in fields or time.perf_counter() > deadline:
+                continue
+            mask = masks.get(table.pointer, _NONE)
+            if mask is _NONE:
+                p = table.pointer
+                mask = masks[p] = None if session.wide(p) or len(session.admissible(p)) < 2 else \
+                    session.admissible_mask(p)
+            if mask is not None:
+                table.row_for(mask, lock)
+                n += 1
+        return n
 
     def _opening(self, st: State, limit: int = 16) -> tuple[Any, Any] | None:
         """Where ``st`` is a few bytes of fixed syntax before a free string that only fixed syntax follows to the
@@ -785,9 +884,22 @@ class Decoder:
                 plan = self._c.plans.get(key)
                 if plan is None:
                     plan = _remember(self._c.plans, key, self._compute_plan(frame.state), 4096)
+                    frame.plan = plan
+                    if ROW_AHEAD and plan and plan[-1].state is not None and self.mode == "canonical":
+                        self._row_after(plan)
                 frame.plan = plan
             self.stats.plan_seconds += time.perf_counter() - t
         return frame.plan
+
+    def _row_after(self, plan: tuple[_Step, ...]) -> None:
+        """Compute and keep the mask row where ``plan`` ends, the model's next choice: its tokens are taken and
+        undone, so taking them again restores their frames and the row is a cache hit then. Run with the plan, before
+        the verify step whose logits that choice is sampled from (off the path between the forward pass and the
+        sampler; a constraint worker publishes this row with the draft)."""
+        for step in plan:
+            self.consume(step.token)
+        self._exact_row()
+        self.rollback(len(plan))
 
     def _free_choice(self, state: State) -> bool:
         """Whether ``state`` is inside a free string with two next bytes that stay inside it (nothing certain)."""
