@@ -93,8 +93,9 @@ class Workload:
 
 def walk(spec: Spec, vocab: Vocabulary, mode: str, rng: random.Random, *, rollback_p: float = 0.05,
          style: str | int = "compact") -> dict[str, Any]:
-    """One uniform random walk; returns the record, positions, rollbacks and mask mismatches on replay."""
-    dec = spec.decoder(vocab, mode=mode, style=style)
+    """One uniform random walk; returns the record, positions, rollbacks and mask mismatches on replay. The decoder
+    is primed first, as a server does (its set-up builds choice tables and rows ahead)."""
+    dec = spec.decoder(vocab, mode=mode, style=style).prime()
     history: list[tuple[int, np.ndarray]] = []
     rollbacks = mismatches = 0
     while not dec.is_terminated():
