@@ -184,6 +184,7 @@ def report_md(res: dict[str, Any]) -> str:
         f" of {res['planned']} planned: the run was stopped there, figures are for the walks completed")
     lines = [f"# Random walks through the decoder ({res['walks']} walks{done}, seed {res['seed']})", "",
              f"Machine: {res.get('machine', '')}. Command: `{res.get('command', '')}`.", "",
+             *([res["note"], ""] if res.get("note") else []),
              "Every walk picks uniformly among the admitted tokens until EOS; the record is checked with "
              "`jsonschema` and the workload's own checker; rollbacks replay tokens and compare masks.", "",
              f"**Failures: {len(res['failures'])}** of {res['walks']} walks, in {res['seconds']} s.", "",

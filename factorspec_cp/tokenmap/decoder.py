@@ -768,9 +768,13 @@ class Decoder:
         deadline = time.perf_counter() + seconds
         masks: dict[str, bytes | None] = {}
         n = 0
-        for table in list(self._c.choices.values()):
-            if table is None or table.pointer not in fields or time.perf_counter() > deadline:
+        with lock:
+            tables = list(self._c.choices.values())
+        for table in tables:
+            if table is None or table.pointer not in fields:
                 continue
+            if time.perf_counter() > deadline:
+                break
             mask = masks.get(table.pointer, _NONE)
             if mask is _NONE:
                 p = table.pointer
