@@ -446,8 +446,9 @@ class Decoder:
             self._build_choice_tables()
             self._root_rows()
         if self.mode == "canonical" and len(self._frames) == 1:
-            if self._plan() == ():
-                self._exact_row()  # (a run's row is computed with its plan)
+            plan = self._plan()  # a new plan computes the row where it ends; one from the cache, here (a lookup
+            if not plan or plan[-1].state is not None:  # where it was just computed; a run ending with EOS: no row)
+                self._row_after(plan)
         return self
 
     def _repr_html_(self) -> str:
@@ -886,12 +887,12 @@ class Decoder:
             else:
                 key = (frame.state, self._key())
                 plan = self._c.plans.get(key)
-                if plan is None:
+                fresh = plan is None
+                if fresh:
                     plan = _remember(self._c.plans, key, self._compute_plan(frame.state), 4096)
-                    frame.plan = plan
-                    if ROW_AHEAD and plan and plan[-1].state is not None and self.mode == "canonical":
-                        self._row_after(plan)
                 frame.plan = plan
+                if fresh and ROW_AHEAD and plan and plan[-1].state is not None and self.mode == "canonical":
+                    self._row_after(plan)
             self.stats.plan_seconds += time.perf_counter() - t
         return frame.plan
 
@@ -899,11 +900,16 @@ class Decoder:
         """Compute and keep the mask row where ``plan`` ends, the model's next choice: its tokens are taken and
         undone, so taking them again restores their frames and the row is a cache hit then. Run with the plan, before
         the verify step whose logits that choice is sampled from (off the path between the forward pass and the
-        sampler; a constraint worker publishes this row with the draft)."""
-        for step in plan:
-            self.consume(step.token)
-        self._exact_row()
-        self.rollback(len(plan))
+        sampler; a constraint worker publishes this row with the draft). With no plan: the row here. What was
+        taken is undone even where the row fails."""
+        taken = 0
+        try:
+            for step in plan:
+                self.consume(step.token)
+                taken += 1
+            self._exact_row()
+        finally:
+            self.rollback(taken)
 
     def _free_choice(self, state: State) -> bool:
         """Whether ``state`` is inside a free string with two next bytes that stay inside it (nothing certain)."""
