@@ -336,7 +336,9 @@ def test_prime_builds_the_choice_tables_a_walk_needs(vocab_name: str, monkeypatc
     a second copy of the vocabulary, where every table is built on first visit and nothing is primed."""
     from factorspec_cp.tokenmap import decoder as D
     from factorspec_cp.workloads import calendar
-    vocab, cold = VOCABS[vocab_name](), VOCABS[vocab_name]()
+    base = VOCABS[vocab_name]()  # (one object per tokenizer): two fresh copies, each with its own token index
+    vocab, cold = base.padded(base.size), base.padded(base.size)
+    assert D.TokenIndex.of(vocab) is not D.TokenIndex.of(cold)
     probs = [calendar.problem(ex) for ex in itertools.islice(calendar.examples(), 12)]
     specs = [calendar.declaration(p) for p in probs]
     same = [k for k, s in enumerate(specs) if s.schema == specs[1].schema]  # 1: its start has several root values
