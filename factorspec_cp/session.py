@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .checks import NARROWED, compile_narrowing
+from .difference import DifferenceModel
 from .encoders.base import Backend
 from .errors import BackendUnsupported, InvalidAssignment
 from .relations import Table
@@ -54,6 +55,9 @@ NARROW = True
 #: order, so the state its planner asked a field's questions under is often not such a prefix (meeting planning:
 #: each start field was asked twice, once before and once after its entry's certain person, place and meeting).
 RECENT_PARENTS = 8
+#: Fields of a difference component (:mod:`.difference`: meeting planning's times and ``meet`` flags) are answered by
+#: its exact search, not by solves, wherever it stays within its budget.
+DIFFERENCE = True
 
 
 @dataclass
@@ -61,6 +65,10 @@ class Stats:
     solves: int = 0
     solve_seconds: float = 0.0
     incomplete: int = 0  # probes cut by the time budget: the value was not admitted (sound, maybe incomplete)
+    difference: int = 0  # admissible sets answered by a difference component's search (no solve)
+    difference_seconds: float = 0.0
+    difference_nodes: int = 0
+    difference_fallbacks: int = 0  # ... left to the solver (too many candidates, or past the search budget)
 
 
 @dataclass
@@ -131,6 +139,8 @@ class Session:
         self._pos = {p: k for k, p in enumerate(self._paths)}
         self.wide_domain = WIDE_DOMAIN
         self._repairer = Repairer.of(spec, instances, self._paths, cache=_relations is None)
+        self._difference = DifferenceModel.of(spec, instances, cache=_relations is None) if DIFFERENCE else None
+        self._parts: dict[tuple[Any, ...], bytes] = {}  # complete knowledge per (field, its component's assignment)
         if _check and not self._state()[0].sat:
             raise spec.unsatisfiable()
 
@@ -249,8 +259,15 @@ class Session:
                 st.sat = True
             elif parent.sat is False or any(self._refuted(parent, p, k) for p, k in extra):
                 st.sat = False
+            elif len(extra) == 1 and self._witnessed(parent, *extra[0]):
+                st.sat = True  # the parent knows the value admissible: a valid record extends the assignment
         self._recent.append(st)
         return st
+
+    @staticmethod
+    def _witnessed(st: State, path: str, k: int) -> bool:
+        known = st.known.get(path)
+        return known is not None and known.status[k] == 1
 
     def _refuted(self, st: State, path: str, k: int) -> bool:
         known = st.known.get(path) or st.ancestor_known(path)
@@ -265,6 +282,48 @@ class Session:
             for run in st.runs:
                 known.mark(*span(run, pos))
         return known
+
+    def _settle(self, st: State, path: str, known: Known) -> bool:
+        """Make ``known`` complete with the exact search of ``path``'s difference component, where it has one and
+        the search answers (:mod:`.difference`); ``st`` must be satisfiable. Returns whether it did."""
+        dm = self._difference
+        if dm is None or known.complete:
+            return known.complete
+        key = dm.part_key(path, st.fixed)
+        hit = self._parts.get(key)
+        if hit is not None:  # the same assignment of its component, elsewhere: the same admissible values
+            known.status[:] = hit
+            known.known, known.refuted = hit.count(1), hit.count(2)
+            return True
+        if dm.component(path) is None:
+            return False
+        t = time.perf_counter()
+        res = dm.admissible(path, st.fixed)
+        self.stats.difference_seconds += time.perf_counter() - t
+        if res is None:
+            self.stats.difference_fallbacks += 1
+            return False
+        ivs, nodes = res
+        self.stats.difference += 1
+        self.stats.difference_nodes += nodes
+        gaps, at = [], 0
+        for a, b in ivs:
+            known.mark(a, b)
+            if a > at:
+                gaps.append((at, a - 1))
+            at = b + 1
+        if at < known.size:
+            gaps.append((at, known.size - 1))
+        known.refute(gaps)
+        self._keep(st, path, known)
+        return True
+
+    def _keep(self, st: State, path: str, known: Known) -> None:
+        """Keep a complete knowledge of ``path`` for every state with its component's assignment (:meth:`_settle`)."""
+        if self._difference is not None and known.complete:
+            if len(self._parts) > 65536:
+                self._parts.clear()
+            self._parts[self._difference.part_key(path, st.fixed)] = bytes(known.status)
 
     def _narrow(self, st: State, path: str, known: Known) -> None:
         """Refute, without a solve, the values of ``path`` that a relation rules out on its own under ``st``'s
@@ -358,7 +417,7 @@ class Session:
         it: then only the witnessed values are known to be admissible)."""
         known = self._known(st, path)
         n, status = known.size, known.status
-        if not known.complete:
+        if not known.complete and not self._settle(st, path, known):
             self._narrow(st, path, known)
         while not known.complete:
             if n <= self.wide_domain:  # a short list of what is known: the cheaper question for a narrow field
@@ -370,6 +429,8 @@ class Session:
                     known.refute([(0, n - 1)])
                 break
             self._repair(st, path, self._add(st, w))
+        if not self._backend.timed_out:
+            self._keep(st, path, known)
         return known
 
     def wide(self, path: str) -> bool:
@@ -443,6 +504,11 @@ class Session:
         if path not in self._scope:  # every value, or the one assigned
             return [bool(g) if unscoped is None else any(a <= unscoped <= b for a, b in g) for g in groups]
         known = self._known(st, path)
+        if not known.complete:
+            self._settle(st, path, known)
+        if known.complete:  # every value witnessed or refuted: a look at each group (clipped above)
+            find = known.status.find
+            return [any(find(1, a, b + 1) >= 0 for a, b in g) for g in groups]
         out = [False] * len(groups)
         pending = []
         for i, g in enumerate(groups):
@@ -485,6 +551,23 @@ class Session:
                 out[i] = known.any_known(groups[i])
             pending = [i for i in pending if not out[i] and known.unknown(groups[i])]
         return out
+
+    def _settled(self, path: str, st: State, unscoped: int | None = None) -> bytes | None:
+        """:meth:`FieldQuestions.settled` (``st`` from :meth:`_state`, so its satisfiability is known)."""
+        size = self._field(path).size
+        if not st.sat:
+            return bytes(size)
+        k = st.fixed.get(path, unscoped)
+        if k is not None or path not in self._scope:
+            if k is None:
+                return b"\x01" * size
+            out = bytearray(size)
+            out[k] = 1
+            return bytes(out)
+        known = self._known(st, path)
+        if not known.complete:
+            self._settle(st, path, known)
+        return known.mask() if known.complete else None
 
     def _bound(self, st: State, path: str, known: Known) -> None:
         """The least and greatest admissible values of a wide field (a proven optimization for each, where the
@@ -554,6 +637,8 @@ class Session:
         if not st.sat:
             return _NONE
         known = self._known(st, path)
+        if not known.complete:
+            self._settle(st, path, known)
         while known.known < 2 and not known.complete:
             allowed = known.unknown([(0, known.size - 1)])
             w = self._solve(self._backend, fixed, allowed={path: allowed})
@@ -682,6 +767,12 @@ class FieldQuestions:
     def among(self, groups: Sequence[Sequence[Interval]]) -> list[bool]:
         """For each group, whether some admissible value's index lies in it."""
         return self.session._among(self.path, self._state, groups, self._unscoped)
+
+    def settled(self) -> bytes | None:
+        """One byte per domain value, 1 exactly where it is admissible, where that is known without a solve: the
+        field is settled by its difference component's search (:mod:`.difference`), or already known in full.
+        ``None`` otherwise (ask :meth:`among`)."""
+        return self.session._settled(self.path, self._state, self._unscoped)
 
     def __repr__(self) -> str:
         return f"FieldQuestions({self.path!r}, {len(self._state.fixed)} fixed)"

@@ -240,10 +240,31 @@ class _AskedSlot:
         self.m, self.q = matcher, questions
         self.prefix: dict[bytes, bool] = {}
         self.value: dict[int, bool] = {}
+        self._counts: list[int] | None | bool = False  # False: not looked for yet
+
+    def _settled(self) -> list[int] | None:
+        """Where the questions know every value (``settled()``: a difference component's search) and the matcher
+        lists sorted renderings: the number of admissible values among the first ``j`` renderings, for every ``j``.
+        A prefix then has an admissible value iff its span of renderings counts one: two bisections, no question."""
+        counts = self._counts
+        if counts is False:
+            counts = None
+            settled = getattr(self.q, "settled", None)
+            mask = settled() if settled is not None and isinstance(self.m, EnumSlot) else None
+            if mask is not None:
+                ok = np.frombuffer(mask, dtype=np.uint8)[np.asarray(self.m.order, dtype=np.int64)]
+                counts = [0, *np.cumsum(ok, dtype=np.int64).tolist()]
+            self._counts = counts
+        return counts  # type: ignore[return-value]
 
     def has_prefix(self, t: bytes) -> bool:
         hit = self.prefix.get(t)
         if hit is None:
+            counts = self._settled()
+            if counts is not None:
+                lo, hi = self.m._span(t)  # type: ignore[union-attr]
+                hit = self.prefix[t] = counts[hi] > counts[lo]
+                return hit
             if not t:
                 hit = self.q.among([[(0, len(self.m.domain) - 1)]])[0]
             elif not self.has_prefix(t[:-1]):
@@ -276,6 +297,10 @@ class _AskedSlot:
         k = self.m.index_of(sub)
         if k is None or not self.has_prefix(sub):
             return False
+        counts = self._settled()
+        if counts is not None:  # the rendering's own place in the sorted order
+            j = bisect_left(self.m.renders, sub)  # type: ignore[union-attr]
+            return counts[j + 1] > counts[j]
         if k not in self.value:
             if self.m.index_intervals(sub) == [(k, k)]:  # no other value starts with sub: has_prefix answered it
                 self.value[k] = True

@@ -1,0 +1,351 @@
+"""Difference logic: exact admissible sets for the fields of scheduling declarations, without a solver call.
+
+Meeting planning's times take part only in difference constraints (``end_i - start_i >= 30``, ``start_j - end_i >=
+travel``, window bounds), under implications on narrow fields (``meet_i``) and disjunctions (``i then j, or j then
+i``). A *difference component* is a connected part of a declaration (fields linked by relations) where that holds:
+
+- every relation reading a *time* field is a :class:`~.relations.Linear` of one or two time terms whose columns are
+  affine in the value index with opposite slopes (a bound or a difference), an :class:`~.relations.Any_` of such, or
+  an :class:`~.relations.Implies` of either whose condition reads only the component's other fields;
+- the other fields (the *candidate* fields: ``meet_i``) are narrow, and the relations that read only them (the
+  objective's ``sum(meet) == optimum``) are checked on each completion of them.
+
+Under an assignment, each completion of the free candidate fields that those relations allow is a *candidate*; it
+activates the implications whose conditions hold. One candidate with a choice of alternative per disjunction is a
+system of difference constraints: consistent exactly when its constraint graph has no negative cycle, and then the
+values one time field takes over its solutions are one interval of integers, read off the shortest paths. So the
+admissible values of a time field are the union of those intervals over every candidate and every consistent choice,
+and a candidate field's admissible values are those of its consistent candidates: an exact answer from a search over
+a graph of a few dozen nodes (``_difference.c``: incremental shortest paths, unit propagation of the disjunctions,
+branches cut where the union found covers their interval). Where the search would pass its budget, or there are too
+many candidates, the answer is ``None`` and the session asks its solver as before.
+
+Exactness does not depend on the rest of the declaration: relations never cross components, so under a satisfiable
+assignment the other components have their records whatever this one takes.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .checks import compiled
+from .encoders.base import weights, weights_memo
+from .relations import Any_, Implies, Linear
+
+if TYPE_CHECKING:
+    from .spec import Instance, Spec
+
+try:
+    from . import _difference as _core
+except ImportError:  # pragma: no cover - the extension is built by pip; without it sessions use their solver
+    _core = None
+
+#: Search nodes per question before giving up to the solver (meeting planning, 10 people, the first question of a
+#: record: a few hundred).
+BUDGET = 200_000
+#: Completions of the free candidate fields a question may enumerate (2^12).
+MAX_CANDIDATES = 4096
+#: Candidate fields wider than this make a component ineligible (they are enumerated).
+MAX_CANDIDATE_SIZE = 64
+#: Components with more time fields than this are left to the solver (the search keeps n x n matrices per level).
+MAX_TIMES = 128
+_BIG = 1 << 26  # weights are clamped into (-_BIG, _BIG): sums of three stay within int32 in the search
+
+Interval = tuple[int, int]
+Edge = tuple[int, int, int]  # (u, v, w): x_v - x_u <= w, node 0 the zero
+
+
+@dataclass
+class Component:
+    """One difference component: its time fields (nodes 1..m), candidate fields, relations and side relations."""
+
+    times: list[str]
+    candidates: list[str]
+    node: dict[str, int]
+    relations: list[tuple[list[tuple[str, np.ndarray]], list[list[Edge]]]]  # (condition literals, alternatives)
+    side: list[Any]  # relations over candidate fields only, with their checks
+    sizes: dict[str, int]
+    rel_alt: bytes = b""
+    alt_edge: bytes = b""
+    edges: bytes = b""
+    bounds: list[Edge] = field(default_factory=list)
+    _candidates: dict[tuple[Any, ...], Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        rel_alt, alt_edge, edges = [0], [0], []
+        for _, alts in self.relations:
+            for alt in alts:
+                edges.extend(alt)
+                alt_edge.append(len(edges))
+            rel_alt.append(len(alt_edge) - 1)
+        self.rel_alt = np.asarray(rel_alt, dtype=np.int32).tobytes()
+        self.alt_edge = np.asarray(alt_edge, dtype=np.int32).tobytes()
+        self.edges = np.asarray(edges or [(0, 0, 0)], dtype=np.int32).reshape(-1, 3).tobytes()
+        for p in self.times:
+            i = self.node[p]
+            self.bounds += [(0, i, self.sizes[p] - 1), (i, 0, 0)]  # 0 <= index <= size - 1
+
+    @property
+    def n(self) -> int:
+        return len(self.times) + 1
+
+
+class DifferenceModel:
+    """A declaration's difference components (:mod:`module doc <.difference>`), and the questions they answer."""
+
+    def __init__(self, spec: Spec, instances: Sequence[Instance]):
+        self.spec = spec
+        fields = spec.fields
+        parent: dict[str, str] = {}
+
+        def find(p: str) -> str:
+            while parent.setdefault(p, p) != p:
+                parent[p] = parent[parent[p]]
+                p = parent[p]
+            return p
+
+        for inst in instances:
+            scope = list(dict.fromkeys(inst.scope))
+            for q in scope[1:]:
+                a, b = find(scope[0]), find(q)
+                if a != b:
+                    parent[a] = b
+        groups: dict[str, list[Instance]] = {}
+        for inst in instances:
+            if inst.scope:
+                groups.setdefault(find(inst.scope[0]), []).append(inst)
+        self.part: dict[str, str] = {p: find(p) for p in parent}  # every field relations read -> its component's root
+        self.components: dict[str, Component] = {}
+        memo = weights_memo(spec)
+        for root, insts in groups.items():
+            comp = _component(insts, fields, memo)
+            if comp is not None:
+                self.components[root] = comp
+
+    @classmethod
+    def of(cls, spec: Spec, instances: Sequence[Instance], cache: bool) -> DifferenceModel | None:
+        """The declaration's model (kept on the spec for its own instances; without the compiled core it answers
+        nothing, but its components still key :meth:`part_key`)."""
+        hit = spec._encoded.get("difference") if cache else None
+        if hit is None:
+            hit = cls(spec, instances)
+            if cache:
+                spec._encoded["difference"] = hit
+        return hit
+
+    def component(self, path: str) -> Component | None:
+        """``path``'s difference component, where it has one and the compiled core is built."""
+        root = self.part.get(path)
+        return None if root is None or _core is None else self.components.get(root)
+
+    def part_key(self, path: str, fixed: Mapping[str, int]) -> tuple[Any, ...]:
+        """The assigned fields of ``path``'s component (any component, not only difference ones), sorted: under two
+        satisfiable assignments with the same key, ``path`` has the same admissible values (no relation crosses
+        components, so the rest of the assignment has a record whatever the component takes)."""
+        part = self.part
+        root = part.get(path)
+        return (path, *sorted((p, k) for p, k in fixed.items() if part.get(p) == root))
+
+    # -- questions ---------------------------------------------------------------------------------------------------
+    def admissible(self, path: str, fixed: Mapping[str, int]) -> tuple[list[Interval], int] | None:
+        """The admissible value indices of ``path`` (in a difference component, not assigned) under ``fixed``, given
+        that ``fixed`` is satisfiable, as intervals; with the search nodes spent. ``None`` where the question is left
+        to the solver (too many candidates, or the search budget)."""
+        comp = self.component(path)
+        if comp is None or path in fixed:
+            return None
+        cand = self._candidates(comp, fixed)
+        if cand is None:
+            return None
+        grid, active, free = cand
+        base = self._base(comp, fixed)
+        if path in comp.node:
+            res, nodes = _core.project(comp.n, base, comp.rel_alt, comp.alt_edge, comp.edges, active, len(grid),
+                                       comp.node[path], BUDGET)
+            return None if res is None else (res, nodes)
+        col = free.index(path)
+        groups = np.ascontiguousarray(grid[:, col], dtype=np.int32)
+        res, nodes = _core.feasible(comp.n, base, comp.rel_alt, comp.alt_edge, comp.edges, active, groups.tobytes(),
+                                    BUDGET)
+        if res is None:
+            return None
+        ok = res[0]
+        return [(k, k) for k in range(len(ok)) if ok[k]], nodes
+
+    def _base(self, comp: Component, fixed: Mapping[str, int]) -> bytes:
+        edges = list(comp.bounds)
+        for p in comp.times:
+            k = fixed.get(p)
+            if k is not None:
+                i = comp.node[p]
+                edges += [(0, i, k), (i, 0, -k)]
+        return np.asarray(edges, dtype=np.int32).tobytes()
+
+    def _candidates(self, comp: Component, fixed: Mapping[str, int]) -> tuple[np.ndarray, bytes, list[str]] | None:
+        """The completions of the free candidate fields that the side relations allow (rows of value indices), the
+        relations each activates (one byte per relation per row), and the free fields (the columns); kept per
+        assignment of the candidate fields."""
+        key = tuple(fixed.get(p, -1) for p in comp.candidates)
+        hit = comp._candidates.get(key)
+        if hit is not None:
+            return hit
+        free = [p for p in comp.candidates if p not in fixed]
+        total = 1
+        for p in free:
+            total *= comp.sizes[p]
+        if total > MAX_CANDIDATES:
+            return None
+        grid = np.array(list(itertools.product(*[range(comp.sizes[p]) for p in free])), dtype=np.int32)
+        grid = grid.reshape(total, len(free))
+        col = {p: k for k, p in enumerate(free)}
+        keep = np.ones(total, dtype=bool)
+        for _, check, cols in comp.side:
+            if cols is not None:  # a linear relation: its sum over the rows at once
+                op, rhs, terms = cols
+                s = np.zeros(total, dtype=np.int64)
+                for p, w in terms:
+                    s += w[grid[:, col[p]]] if p in col else w[fixed[p]]
+                keep &= _compare(s, op, rhs)
+            else:
+                fields = self.spec.fields
+                for k in np.flatnonzero(keep):
+                    idx = dict(fixed)
+                    idx.update((p, int(grid[k, col[p]])) for p in free)
+                    vals = {p: fields[p].values[j] for p, j in idx.items()}
+                    if not check(idx, vals):
+                        keep[k] = False
+        grid = grid[keep]
+        active = np.ones((len(grid), len(comp.relations)), dtype=bool)
+        for r, (lits, _) in enumerate(comp.relations):
+            for p, ok in lits:
+                if p in col:
+                    active[:, r] &= ok[grid[:, col[p]]]
+                elif not ok[fixed[p]]:
+                    active[:, r] = False
+        hit = (grid, np.ascontiguousarray(active, dtype=np.uint8).tobytes(), free)
+        if len(comp._candidates) > 4096:
+            comp._candidates.clear()
+        comp._candidates[key] = hit
+        return hit
+
+
+def _compare(s: np.ndarray, op: str, rhs: int) -> np.ndarray:
+    return {"<=": s <= rhs, "<": s < rhs, ">=": s >= rhs, ">": s > rhs, "==": s == rhs, "!=": s != rhs}[op]
+
+
+def _affine(col: Sequence[int], memo: dict[Any, Any]) -> tuple[int, int] | None:
+    """``(a, b)`` with ``col[k] == a + b * k`` for every ``k``, or ``None``; kept in the :func:`weights` memo by the
+    column's identity (columns are shared)."""
+    key = ("affine ab", id(col))
+    hit = memo.get(key)
+    if hit is not None and hit[0] is col:
+        return hit[1]
+    try:
+        arr = np.asarray(col, dtype=np.int64)
+    except (OverflowError, TypeError, ValueError):
+        arr = None
+    out = None
+    if arr is not None and arr.ndim == 1 and len(arr) and all(type(x) is int for x in col[:1]):
+        a = int(arr[0])
+        b = int(arr[1] - arr[0]) if len(arr) > 1 else 0
+        if (arr == a + b * np.arange(len(arr), dtype=np.int64)).all() and all(type(x) is int for x in col):
+            out = (a, b)
+    memo[key] = (col, out)  # the column is kept with its answer, so its id stays its own
+    return out
+
+
+def _edges(rel: Any, fields: Any, memo: dict[Any, Any], times: set[str], node: dict[str, int]) -> list[Edge] | None:
+    """A linear relation of one or two time terms as difference edges (over value indices), or ``None``."""
+    if type(rel) is not Linear or rel.op == "!=":
+        return None
+    cols = weights(rel.terms, fields, memo)
+    if not cols or len(cols) > 2 or any(p not in times for p in cols):
+        return None
+    lin = {}
+    const = 0
+    for p, col in cols.items():
+        ab = _affine(col, memo)
+        if ab is None:
+            return None
+        const += ab[0]
+        if ab[1]:
+            lin[p] = ab[1]
+    r = rel.rhs - const
+    # the relation as constraints "sum(b_p * k_p) <= r"
+    sides = {"<=": [(1, r)], "<": [(1, r - 1)], ">=": [(-1, -r)], ">": [(-1, -r - 1)], "==": [(1, r), (-1, -r)]}
+    out: list[Edge] = []
+    for sign, rr in sides[rel.op]:
+        terms = [(p, sign * b) for p, b in lin.items()]
+        if not terms:  # a constant comparison: nothing, or a contradiction (a negative self-loop)
+            if 0 > rr:
+                out.append((0, 0, -1))
+            continue
+        if len(terms) == 1:
+            (p, b), = terms
+            w = rr // abs(b)
+            out.append((0, node[p], w) if b > 0 else (node[p], 0, w))  # k <= w, or -k <= w
+            continue
+        (p, b1), (q, b2) = terms
+        if b1 != -b2:
+            return None
+        x, y = (p, q) if b1 > 0 else (q, p)  # |b| * (k_x - k_y) <= rr
+        out.append((node[y], node[x], rr // abs(b1)))
+    return [(u, v, max(-_BIG + 1, min(_BIG - 1, w))) for u, v, w in out]
+
+
+def _component(insts: Sequence[Instance], fields: Any, memo: dict[Any, Any]) -> Component | None:
+    """The component of these instances as a difference component, or ``None`` where it is not one."""
+    times: set[str] = set()
+    for inst in insts:  # time fields: those in the terms of a linear relation under the implications and disjunctions
+        rel = inst.relation
+        rel = rel.then if type(rel) is Implies else rel
+        subs = rel.relations if type(rel) is Any_ else [rel]
+        if not all(type(s) is Linear for s in subs):
+            continue
+        for s in subs:
+            for t in s.terms:
+                f = fields[t.path]
+                if f.size > MAX_CANDIDATE_SIZE:
+                    times.add(t.path)
+    if not times or len(times) > MAX_TIMES:
+        return None
+    scope = list(dict.fromkeys(p for inst in insts for p in inst.scope))
+    node = {p: k + 1 for k, p in enumerate(sorted(times, key=scope.index))}
+    candidates = [p for p in scope if p not in times]
+    if any(fields[p].size > MAX_CANDIDATE_SIZE for p in candidates):
+        return None
+    relations: list[tuple[list[tuple[str, np.ndarray]], list[list[Edge]]]] = []
+    side = []
+    for inst in insts:
+        rel = inst.relation
+        if not times.intersection(inst.scope):
+            cols = None
+            if type(rel) is Linear:
+                ws = weights(rel.terms, fields, memo)
+                cols = (rel.op, rel.rhs, [(p, np.asarray(w, dtype=np.int64)) for p, w in ws.items()])
+            side.append((rel, compiled(rel, fields, memo), cols))
+            continue
+        lits: list[tuple[str, np.ndarray]] = []
+        if type(rel) is Implies:
+            for lit in rel.if_:
+                if lit.field in times:
+                    return None
+                ok = np.zeros(fields[lit.field].size, dtype=bool)
+                ok[lit.allowed(fields[lit.field])] = True
+                lits.append((lit.field, ok))
+            rel = rel.then
+        subs = rel.relations if type(rel) is Any_ else [rel]
+        alts = []
+        for s in subs:
+            e = _edges(s, fields, memo, times, node)
+            if e is None:
+                return None
+            alts.append(e)
+        relations.append((lits, alts))
+    return Component(sorted(times, key=node.get), candidates, node, relations, side,
+                     {p: fields[p].size for p in scope})

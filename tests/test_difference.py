@@ -1,0 +1,231 @@
+"""The difference-logic search (factorspec_cp/difference.py, _difference.c) against independent answers.
+
+- Random declarations whose relations are difference constraints (bounds, differences with scaled coefficients,
+  ``<``/``<=``/``==``/``>=``/``>``), under implications on booleans and disjunctions, with a linear relation over the
+  booleans alone: every field's admissible values at the root and under random assignments equal brute force
+  (``tests/bruteforce.py``, which reads the JSON form without the library), with the search answering them.
+- Larger random declarations (four time fields) and meeting-planning problems along random walks: the search's
+  answers equal the solver's (the same session code with ``DIFFERENCE`` off, CP-SAT probing each value).
+- Past its budget the search gives up and the solver answers: the same values.
+- What is not a difference component is left to the solver.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import factorspec_cp as fs
+from factorspec_cp import difference
+from factorspec_cp import session as session_module
+from factorspec_cp.difference import DifferenceModel
+
+_spec = importlib.util.spec_from_file_location("bruteforce", Path(__file__).with_name("bruteforce.py"))
+bruteforce = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
+sys.modules.setdefault("bruteforce", bruteforce)
+_spec.loader.exec_module(bruteforce)  # type: ignore[union-attr]
+BruteForce = bruteforce.BruteForce
+
+pytestmark = pytest.mark.skipif(difference._core is None, reason="the compiled core is not built")
+
+
+def _clock(k: int) -> str:
+    h, m = divmod(540 + k, 60)
+    return f"{(h - 1) % 12 + 1}:{m:02d}{'AM' if h < 12 else 'PM'}"
+
+
+def declaration(seed: int, times: int = 2) -> dict[str, Any]:
+    """``times`` time fields (integers with an offset, maybe a step; the second a clock-string enum whose map is
+    affine in the index), two or three booleans, and 3-6 relations that a difference component accepts."""
+    rnd = random.Random(seed)
+    props: dict[str, Any] = {}
+    terms: dict[str, tuple[Any, int, int]] = {}  # path -> (map or None, first value, slope of value per index)
+    for k in range(times):
+        name = f"t{k}"
+        if k == 1:
+            width = rnd.randint(66, 80)
+            clocks = [_clock(j) for j in range(width)]
+            props[name] = {"enum": clocks}
+            terms[f"/{name}"] = ({c: 540 + j for j, c in enumerate(clocks)}, 540, 1)
+        else:
+            width, lo = rnd.randint(66, 80), rnd.choice([0, 530, -10])
+            props[name] = {"type": "integer", "minimum": lo, "maximum": lo + width - 1}
+            terms[f"/{name}"] = (None, lo, 1)
+    bools = [f"/b{k}" for k in range(rnd.choice([2, 3]))]
+    for b in bools:
+        props[b[1:]] = {"type": "boolean"}
+    paths = list(terms)
+
+    def term(coef: int, p: str) -> list[Any]:
+        m = terms[p][0]
+        return [coef, p] if m is None else [coef, p, m]
+
+    def mid(p: str) -> int:
+        return terms[p][1] + 35
+
+    def diff() -> dict[str, Any]:
+        p, q = rnd.sample(paths, 2)
+        c = rnd.choice([1, 1, 1, 2, 3])
+        return {"kind": "linear", "terms": [term(c, p), term(-c, q)], "op": rnd.choice(["<=", "<", ">=", ">", "=="]),
+                "rhs": c * (terms[p][1] - terms[q][1]) + rnd.randint(-30, 30)}
+
+    def bound() -> dict[str, Any]:
+        p = rnd.choice(paths)
+        c = rnd.choice([1, -1, 2, -3])
+        if rnd.random() < 0.1:  # the same field twice, cancelling: a constant comparison
+            return {"kind": "linear", "terms": [term(1, p), term(-1, p)], "op": rnd.choice(["<=", ">"]), "rhs": 0}
+        return {"kind": "linear", "terms": [term(c, p)], "op": rnd.choice(["<=", ">=", "==", "<", ">"]),
+                "rhs": c * (mid(p) + rnd.randint(-30, 30))}
+
+    def lit(b: str) -> dict[str, Any]:
+        return {"field": b, "op": "==", "value": rnd.choice([True, False])}
+
+    def rel() -> dict[str, Any]:
+        kind = rnd.choice(["diff", "bound", "implies", "implies2", "any", "side"])
+        if kind == "diff":
+            return diff()
+        if kind == "bound":
+            return bound()
+        if kind == "implies":
+            return {"kind": "implies", "if": lit(rnd.choice(bools)), "then": rnd.choice([diff, bound])()}
+        if kind == "implies2":
+            return {"kind": "implies", "if": [lit(b) for b in rnd.sample(bools, 2)],
+                    "then": {"kind": "any", "relations": [diff(), diff()]}}
+        if kind == "any":
+            return {"kind": "any", "relations": [bound(), diff()]}
+        return {"kind": "linear", "terms": [[1, b] for b in bools], "op": rnd.choice(["<=", ">=", "=="]),
+                "rhs": rnd.randint(0, len(bools))}
+
+    relations = [rel() for _ in range(rnd.randint(2, 5))]
+    relations.append({"kind": "implies", "if": lit(bools[0]), "then": diff()})  # times and booleans linked
+    return {"type": "object", "additionalProperties": False, "required": list(props), "properties": props,
+            "x-factorspec": {"relations": relations}}
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_admissible_values_match_brute_force(seed: int) -> None:
+    for draw in range(10):  # the first satisfiable draw of this seed
+        doc = declaration(100 * seed + draw)
+        bf = BruteForce(doc)
+        if bf.count():
+            break
+    else:
+        pytest.skip("no satisfiable draw")
+    spec = fs.Spec.from_json(doc)
+    model = DifferenceModel(spec, spec.active_instances)
+    assert model.component("/t0") is not None and model.component("/t1") is not None
+    rnd = random.Random(seed)
+    s = spec.session()
+    assignment: dict[str, Any] = {}
+    order = list(spec.fields)
+    rnd.shuffle(order)
+    for path in order:
+        for p in spec.fields:
+            if p not in assignment:
+                assert s.admissible(p) == bf.admissible(p, assignment), (p, assignment)
+        vals = bf.admissible(path, assignment)
+        assignment[path] = rnd.choice(vals)
+        s.assign(path, assignment[path])
+    assert s.stats.difference > 0  # the search answered (not the solver)
+
+
+def _same_answers(spec: Any, rnd: random.Random, steps: int) -> tuple[Any, Any]:
+    """Walk ``spec`` with random admissible values, asking every field of two sessions at each step: the search's
+    and the solver's (``DIFFERENCE`` off). Returns both sessions."""
+    s = spec.session()
+    old = session_module.DIFFERENCE
+    session_module.DIFFERENCE = False
+    try:
+        ref = spec.session()
+    finally:
+        session_module.DIFFERENCE = old
+    assert ref._difference is None and s._difference is not None
+    order = [p for p in spec.fields if spec.fields[p].size > 1]
+    for _ in range(steps):
+        for p in order:
+            assert s.admissible(p) == ref.admissible(p), p
+        free = [p for p in order if p not in s.assignment]
+        if not free:
+            break
+        path = free[0] if rnd.random() < 0.7 else rnd.choice(free)
+        v = rnd.choice(ref.admissible(path))
+        s.assign(path, v)
+        ref.assign(path, v)
+    return s, ref
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_four_time_fields_match_the_solver(seed: int) -> None:
+    for draw in range(10):
+        spec = fs.Spec.from_json(declaration(10_000 + 100 * seed + draw, times=4))
+        try:
+            spec.session()
+            break
+        except fs.UnsatisfiableDeclaration:
+            continue
+    else:
+        pytest.skip("no satisfiable draw")
+    s, _ = _same_answers(spec, random.Random(seed), 12)
+    assert s.stats.difference > 0
+
+
+def _meeting(k: int) -> Any:
+    from factorspec_cp.workloads import meeting
+    ex = next(e for j, e in enumerate(meeting.examples()) if j == k)
+    return meeting.declaration(ex)
+
+
+@pytest.mark.parametrize("k", [0, 2, 6])
+def test_meeting_walks_match_the_solver(k: int) -> None:
+    s, ref = _same_answers(_meeting(k), random.Random(k), 40)
+    assert s.stats.difference > 0 and s.stats.difference_fallbacks == 0
+    assert s.stats.solves < ref.stats.solves
+
+
+def test_past_its_budget_the_solver_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(difference, "BUDGET", 2)
+    s, _ = _same_answers(_meeting(1), random.Random(5), 12)
+    assert s.stats.difference_fallbacks > 0
+
+
+def test_other_relations_are_left_to_the_solver() -> None:
+    doc = declaration(3)
+    doc["x-factorspec"]["relations"].append(  # != is no difference constraint: the component is not one
+        {"kind": "linear", "terms": [[1, "/t0"], [-1, "/t0"]], "op": "!=", "rhs": 1})
+    spec = fs.Spec.from_json(doc)
+    model = DifferenceModel(spec, spec.active_instances)
+    assert model.component("/t0") is None and model.components == {}
+    doc = declaration(3)
+    doc["properties"]["n"] = {"type": "integer", "minimum": 0, "maximum": 9}  # a narrow integer in a difference term
+    doc["required"].append("n")
+    doc["x-factorspec"]["relations"].append({"kind": "linear", "terms": [[1, "/t0"], [-1, "/n"]], "op": "<=",
+                                             "rhs": 600})
+    spec = fs.Spec.from_json(doc)
+    assert DifferenceModel(spec, spec.active_instances).components == {}
+
+
+def test_the_core_projects_and_decides_by_itself() -> None:
+    """The compiled search on a hand-made system: x1 - x2 <= -5 or x2 - x1 <= -5 (one before the other by 5), both
+    in 0..9, x2 fixed at 4 by one candidate and free in the other."""
+    import numpy as np
+    core = difference._core
+
+    def arr(xs: list[Any]) -> bytes:
+        return np.asarray(xs, dtype=np.int32).tobytes()
+
+    bounds = [(0, 1, 9), (1, 0, 0), (0, 2, 9), (2, 0, 0)]
+    rel_alt, alt_edge, edges = arr([0, 2, 3]), arr([0, 1, 2, 4]), arr([(2, 1, -5), (1, 2, -5), (0, 2, 4), (2, 0, -4)])
+    active = bytes([1, 1, 1, 0])  # candidate 0: both relations; candidate 1: the disjunction only
+    got, _ = core.project(3, arr(bounds), rel_alt, alt_edge, edges, active[:2], 1, 1, 1000)
+    assert got == [(9, 9)]  # x2 = 4: x1 <= -1 (no) or x1 >= 9
+    got, _ = core.project(3, arr(bounds), rel_alt, alt_edge, edges, active, 2, 1, 1000)
+    assert got == [(0, 9)]  # merged: every value of 0..9 is 5 away from some value of 0..9
+    (ok, witness, solution), _ = core.feasible(3, arr(bounds), rel_alt, alt_edge, edges, active, arr([0, 1]), 1000)
+    assert ok == b"\x01\x01" and witness == 0 and solution[2] == 4 and abs(solution[1] - solution[2]) >= 5
+    res, _ = core.project(3, arr(bounds), rel_alt, alt_edge, edges, active, 2, 1, 1)
+    assert res is None  # past the budget
