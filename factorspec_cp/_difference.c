@@ -35,6 +35,8 @@ typedef struct {
     int *lo, *hi, count, cap;
     /* a solution of the first consistent leaf (feasible) */
     int *solution, have_solution;
+    /* plain relations every candidate activates: added once, into the matrix every candidate starts from */
+    unsigned char *common;
 } Search;
 
 static int add_edge(int *D, int n, int u, int v, int w) {
@@ -186,24 +188,38 @@ static void release(Buffers *b) {
     PyBuffer_Release(&b->active);
 }
 
-/* The closure of the base edges into D (0: they are inconsistent). */
-static int closure(int *D, int n, const int *base, Py_ssize_t nbase) {
+/* The closure of the base edges, and of the plain relations all K candidates activate, into D (0: they are
+   inconsistent); those relations are marked common (start() skips them). */
+static int closure(Search *s, int *D, const int *base, Py_ssize_t nbase, const unsigned char *active, Py_ssize_t K) {
+    int n = s->n;
     for (int a = 0; a < n; a++)
         for (int b = 0; b < n; b++) D[a * n + b] = a == b ? 0 : INF;
     for (Py_ssize_t e = 0; e < nbase; e++)
         if (!add_edge(D, n, base[3 * e], base[3 * e + 1], base[3 * e + 2])) return 0;
+    for (int r = 0; r < s->R; r++) {
+        s->common[r] = 0;
+        if (K == 0 || s->rel_alt[r + 1] - s->rel_alt[r] != 1) continue;
+        Py_ssize_t k = 0;
+        while (k < K && active[k * s->R + r]) k++;
+        if (k < K) continue;
+        s->common[r] = 1;
+        if (!add_alt(s, D, s->rel_alt[r])) return 0;
+    }
     return 1;
 }
 
 /* Start a candidate: its plain relations added into the matrix at depth 0 (from D0), its disjunctions opened. */
-static int start(Search *s, const int *D0, const unsigned char *act) {
-    int n = s->n;
-    memcpy(s->stack, D0, (size_t)n * n * sizeof(int));
+static int start(Search *s, const int *D0, const unsigned char *act, int project) {
+    int n = s->n, t = s->target;
+    int *D = s->stack;
+    memcpy(D, D0, (size_t)n * n * sizeof(int));
     for (int r = 0; r < s->R; r++) {
         s->open[r] = 0;
-        if (!act[r]) continue;
+        if (!act[r] || s->common[r]) continue;
         if (s->rel_alt[r + 1] - s->rel_alt[r] == 1) {
-            if (!add_alt(s, s->stack, s->rel_alt[r])) return 0;
+            if (!add_alt(s, D, s->rel_alt[r])) return 0;
+            /* adding constraints only narrows the target's interval: once the union covers it, nothing to find */
+            if (project && covered(s, -D[t * n], D[t])) return 0;
         } else {
             s->open[r] = 1;
         }
@@ -247,9 +263,10 @@ static int parse(PyObject *args, Search *s, Buffers *b, int *target, Py_ssize_t 
     s->stack = malloc((size_t)s->depth_max * n * n * sizeof(int));
     s->open = malloc((size_t)s->depth_max * (s->R ? s->R : 1));
     s->solution = malloc((size_t)n * sizeof(int));
-    if (!s->stack || !s->open || !s->solution) {
+    s->common = malloc(s->R ? s->R : 1);
+    if (!s->stack || !s->open || !s->solution || !s->common) {
         release(b);
-        free(s->stack); free(s->open); free(s->solution);
+        free(s->stack); free(s->open); free(s->solution); free(s->common);
         PyErr_NoMemory();
         return 0;
     }
@@ -257,7 +274,7 @@ static int parse(PyObject *args, Search *s, Buffers *b, int *target, Py_ssize_t 
 }
 
 static void finish(Search *s, Buffers *b, int *D0) {
-    free(s->stack); free(s->open); free(s->solution); free(s->lo); free(s->hi); free(D0);
+    free(s->stack); free(s->open); free(s->solution); free(s->common); free(s->lo); free(s->hi); free(D0);
     release(b);
 }
 
@@ -280,10 +297,10 @@ static PyObject *project(PyObject *self, PyObject *args) {
     }
     s.target = target;
     int status = 0;
-    if (closure(D0, n, b.base.buf, b.base.len / (3 * sizeof(int)))) {
+    if (closure(&s, D0, b.base.buf, b.base.len / (3 * sizeof(int)), b.active.buf, K)) {
         int lo = -D0[target * n], hi = D0[target];  /* no candidate takes a value outside: once covered, done */
         for (Py_ssize_t k = 0; k < K && status >= 0 && !covered(&s, lo, hi); k++) {
-            if (!start(&s, D0, (const unsigned char *)b.active.buf + k * s.R)) continue;
+            if (!start(&s, D0, (const unsigned char *)b.active.buf + k * s.R, 1)) continue;
             status = dfs(&s, 0, 1);
         }
     }
@@ -324,10 +341,10 @@ static PyObject *feasible(PyObject *self, PyObject *args) {
         finish(&s, &b, D0);
         return (!D0 || !ok) ? PyErr_NoMemory() : (PyErr_SetString(PyExc_ValueError, "too few rows"), NULL);
     }
-    if (closure(D0, n, b.base.buf, b.base.len / (3 * sizeof(int)))) {
+    if (closure(&s, D0, b.base.buf, b.base.len / (3 * sizeof(int)), b.active.buf, K)) {
         for (Py_ssize_t k = 0; k < K && status >= 0; k++) {
             if (group[k] < 0 || ok[group[k]]) continue;
-            if (!start(&s, D0, (const unsigned char *)b.active.buf + k * s.R)) continue;
+            if (!start(&s, D0, (const unsigned char *)b.active.buf + k * s.R, 0)) continue;
             int had = s.have_solution;
             status = dfs(&s, 0, 0);
             if (status == 1) {

@@ -26,7 +26,6 @@ assignment the other components have their records whatever this one takes.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -74,6 +73,8 @@ class Component:
     alt_edge: bytes = b""
     edges: bytes = b""
     bounds: list[Edge] = field(default_factory=list)
+    literals: list[tuple[str, np.ndarray]] = field(default_factory=list)
+    rel_lits: Any = None
     _candidates: dict[tuple[Any, ...], Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -86,6 +87,16 @@ class Component:
         self.rel_alt = np.asarray(rel_alt, dtype=np.int32).tobytes()
         self.alt_edge = np.asarray(alt_edge, dtype=np.int32).tobytes()
         self.edges = np.asarray(edges or [(0, 0, 0)], dtype=np.int32).reshape(-1, 3).tobytes()
+        lits: dict[tuple[str, bytes], int] = {}  # each distinct literal a column (0: true), each relation its columns
+        for conds, _ in self.relations:
+            for p, ok in conds:
+                lits.setdefault((p, ok.tobytes()), len(lits) + 1)
+        self.literals = [(p, np.frombuffer(ok, dtype=bool)) for p, ok in lits]
+        width = max((len(conds) for conds, _ in self.relations), default=0)
+        self.rel_lits = np.zeros((len(self.relations), max(width, 1)), dtype=np.intp)
+        for r, (conds, _) in enumerate(self.relations):
+            for j, (p, ok) in enumerate(conds):
+                self.rel_lits[r, j] = lits[(p, ok.tobytes())]
         for p in self.times:
             i = self.node[p]
             self.bounds += [(0, i, self.sizes[p] - 1), (i, 0, 0)]  # 0 <= index <= size - 1
@@ -177,6 +188,18 @@ class DifferenceModel:
         ok = res[0]
         return [(k, k) for k in range(len(ok)) if ok[k]], nodes
 
+    def satisfiable(self, path: str, fixed: Mapping[str, int]) -> bool | None:
+        """Whether the assigned fields of ``path``'s difference component extend to a record of it (the other
+        components aside), by the search; ``None`` where it is left to the solver."""
+        comp = self.component(path)
+        cand = None if comp is None else self._candidates(comp, fixed)
+        if cand is None:
+            return None
+        grid, active, _ = cand
+        res, _ = _core.feasible(comp.n, self._base(comp, fixed), comp.rel_alt, comp.alt_edge, comp.edges, active,
+                                bytes(4 * len(grid)), BUDGET)  # one group: every candidate
+        return None if res is None else res[0] == b"\x01"
+
     def _base(self, comp: Component, fixed: Mapping[str, int]) -> bytes:
         edges = list(comp.bounds)
         for p in comp.times:
@@ -200,8 +223,8 @@ class DifferenceModel:
             total *= comp.sizes[p]
         if total > MAX_CANDIDATES:
             return None
-        grid = np.array(list(itertools.product(*[range(comp.sizes[p]) for p in free])), dtype=np.int32)
-        grid = grid.reshape(total, len(free))
+        axes = np.meshgrid(*[np.arange(comp.sizes[p], dtype=np.int32) for p in free], indexing="ij")
+        grid = np.stack(axes, axis=-1).reshape(total, len(free)) if free else np.zeros((1, 0), dtype=np.int32)
         col = {p: k for k, p in enumerate(free)}
         keep = np.ones(total, dtype=bool)
         for _, check, cols in comp.side:
@@ -220,13 +243,10 @@ class DifferenceModel:
                     if not check(idx, vals):
                         keep[k] = False
         grid = grid[keep]
-        active = np.ones((len(grid), len(comp.relations)), dtype=bool)
-        for r, (lits, _) in enumerate(comp.relations):
-            for p, ok in lits:
-                if p in col:
-                    active[:, r] &= ok[grid[:, col[p]]]
-                elif not ok[fixed[p]]:
-                    active[:, r] = False
+        truth = np.ones((len(grid), len(comp.literals) + 1), dtype=bool)  # each literal on each row
+        for j, (p, ok) in enumerate(comp.literals, 1):
+            truth[:, j] = ok[grid[:, col[p]]] if p in col else ok[fixed[p]]
+        active = truth[:, comp.rel_lits].all(axis=2)  # each relation's condition on each row
         hit = (grid, np.ascontiguousarray(active, dtype=np.uint8).tobytes(), free)
         if len(comp._candidates) > 4096:
             comp._candidates.clear()

@@ -261,8 +261,47 @@ class Session:
                 st.sat = False
             elif len(extra) == 1 and self._witnessed(parent, *extra[0]):
                 st.sat = True  # the parent knows the value admissible: a valid record extends the assignment
+            elif parent.sat and self._difference is not None:
+                st.sat = self._components_sat(parent, extra, st.fixed)
         self._recent.append(st)
         return st
+
+    def _components_sat(self, parent: State, extra: Sequence[tuple[str, int]], fixed: dict[str, int]) -> bool | None:
+        """Whether ``fixed``, which extends the satisfiable ``parent`` by ``extra``, is satisfiable: components
+        never interact, so it is iff each component an extra field is in has a record under its part of ``fixed``.
+        A difference component asks its search; another one has a record where ``parent`` knows its one extra value
+        admissible, or where a record of ``parent`` or of an assignment it extends agrees with every assigned field of
+        the component (its part is a record of the component). ``None`` where none of these decides."""
+        dm = self._difference
+        by_root: dict[Any, list[tuple[str, int]]] = {}
+        for p, k in extra:
+            by_root.setdefault(dm.part.get(p, p), []).append((p, k))
+        searched = []
+        for group in by_root.values():
+            if dm.component(group[0][0]) is not None:
+                searched.append(group[0][0])
+            elif not (len(group) == 1 and self._witnessed(parent, *group[0])):
+                root = dm.part.get(group[0][0])
+                at = [(self._pos[p], k) for p, k in fixed.items() if dm.part.get(p) == root]
+                up: State | None = parent
+                for _ in range(64):
+                    if up is None or any(restrict(run, at) is not None for run in up.runs):
+                        break
+                    up = up.parent
+                if up is None or not any(restrict(run, at) is not None for run in up.runs):
+                    return None
+        out: bool | None = True
+        for p in searched:
+            t = time.perf_counter()
+            ok = dm.satisfiable(p, fixed)
+            self.stats.difference_seconds += time.perf_counter() - t
+            if ok is None:
+                self.stats.difference_fallbacks += 1
+                return None
+            self.stats.difference += 1
+            if not ok:
+                return False
+        return out
 
     @staticmethod
     def _witnessed(st: State, path: str, k: int) -> bool:

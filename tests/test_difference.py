@@ -229,3 +229,34 @@ def test_the_core_projects_and_decides_by_itself() -> None:
     assert ok == b"\x01\x01" and witness == 0 and solution[2] == 4 and abs(solution[1] - solution[2]) >= 5
     res, _ = core.project(3, arr(bounds), rel_alt, alt_edge, edges, active, 2, 1, 1)
     assert res is None  # past the budget
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_settled_asked_slot_matches_the_admissible_enum(seed: int) -> None:
+    """The layout's asked slot over a settled field (counts over sorted renderings, no questions): ``has_prefix``,
+    ``admits`` and ``forced`` (the bytes every admissible value consistent with a prefix writes next) equal an
+    enum slot of the solver's admissible values, for every prefix of every rendering."""
+    from factorspec_cp.tokenmap.layout import EnumSlot, _AskedSlot, field_matcher
+    spec = _meeting(seed)
+    rnd = random.Random(seed)
+    s, ref = _same_answers(spec, rnd, rnd.randint(0, 12))
+    for path in [p for p in spec.fields if s.wide(p) and p not in s.assignment][:4]:
+        m = field_matcher(spec.fields[path])
+        slot = _AskedSlot(m, s.questions(path))
+        assert slot._settled() is not None  # the fast path, not questions
+        want = EnumSlot(ref.admissible(path))
+        for r in m.renders[::7]:
+            for n in range(len(r) + 1):
+                sub = r[:n]
+                assert slot.has_prefix(sub) == want.has_prefix(sub), (path, sub)
+                if m.index_of(sub) is not None:
+                    assert slot.admits(sub) == want.admits(sub), (path, sub)
+                lo, hi = want._span(sub)
+                expected = None
+                if lo < hi:
+                    a, z = want.renders[lo], want.renders[hi - 1]
+                    k = n
+                    while k < min(len(a), len(z)) and a[k] == z[k]:
+                        k += 1
+                    expected = a[n:k]
+                assert slot.forced(sub) == expected, (path, sub)

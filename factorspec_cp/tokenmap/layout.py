@@ -293,6 +293,27 @@ class _AskedSlot:
         if whole:
             self.value[k] = res[-1]  # type: ignore[index]
 
+    def forced(self, sub: bytes) -> bytes | None:
+        """Where the answers are settled (:meth:`_settled`): the bytes every admissible value whose rendering starts
+        with ``sub`` writes next (the longest common prefix of the first and last of them in sorted order, less
+        ``sub``); ``None`` where not settled or nothing admissible starts so. No proper prefix of those bytes completes
+        an admissible value: it would sort first and be shorter than the common prefix."""
+        counts = self._settled()
+        if counts is None:
+            return None
+        lo, hi = self.m._span(sub)  # type: ignore[union-attr]
+        below, upto = counts[lo], counts[hi]
+        if upto == below:
+            return None
+        first = bisect_left(counts, below + 1, lo + 1, hi + 1) - 1  # the first and last admissible positions
+        last = bisect_left(counts, upto, lo, hi + 1) - 1
+        renders = self.m.renders  # type: ignore[union-attr]
+        a, z = renders[first], renders[last]
+        n = len(sub)
+        while n < len(a) and n < len(z) and a[n] == z[n]:
+            n += 1
+        return a[len(sub):n]
+
     def admits(self, sub: bytes) -> bool:
         k = self.m.index_of(sub)
         if k is None or not self.has_prefix(sub):
@@ -814,8 +835,10 @@ class Layout:
         keeps exactly one value consistent with the bytes typed: the bytes every valid continuation writes next (the
         rest of the literal, or of that value's rendering), and a function of ``k`` giving the state after ``k`` of
         them, for ``k`` below their length. The last byte completes the literal or the value and is left to
-        :meth:`advance`, which reports the event and enters what follows. ``None`` elsewhere, and for a wide field
-        (asked, not listed).
+        :meth:`advance`, which reports the event and enters what follows. For a wide field (asked, not listed) whose
+        answers are settled (:meth:`_AskedSlot.forced`): the bytes all its admissible values consistent with the bytes
+        typed write next (the last one left to :meth:`advance` likewise, which may complete a value or not). ``None``
+        elsewhere, and for a wide field whose answers are not settled.
 
         This is how a planner takes fixed syntax and certain values in one step each, not byte by byte: one thread
         means no other branch is open, and with one value left no proper prefix of it completes a value the filter
@@ -830,6 +853,11 @@ class Layout:
         if ins[0] != FIELD:
             return None
         allowed = self._allowed(ins, ctr, self._flt(admissible))
+        if isinstance(allowed, _AskedSlot):  # a settled wide field: its admissible values' common bytes
+            rest = allowed.forced(sub)
+            if not rest:
+                return None
+            return rest, lambda k: State(frozenset({((pc, ctr, sub + rest[:k]), pending)}))
         if not isinstance(allowed, EnumSlot):
             return None
         lo, hi = allowed._span(sub)
