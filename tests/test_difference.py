@@ -260,3 +260,33 @@ def test_settled_asked_slot_matches_the_admissible_enum(seed: int) -> None:
                         k += 1
                     expected = a[n:k]
                 assert slot.forced(sub) == expected, (path, sub)
+
+
+@pytest.mark.parametrize("name", ["qwen3", "llama3", "smollm2"])
+def test_wide_table_rows_equal_the_walk_of_the_token_index(name: str) -> None:
+    """Masks inside settled wide slots from the shared WideTable (counts at span ends, tokens running past a value
+    checked under the solver) against the walk of the token index, at every position of random walks in exact mode
+    (each token drawn from the mask), through meeting records: at the opening quote, inside values and before a
+    value's closing quote, where tokens run into what follows."""
+    import numpy as np
+
+    from factorspec_cp.bench.walks import VOCABS
+    from factorspec_cp.tokenmap.decoder import _pack
+    vocab = VOCABS[name]()
+    rnd = random.Random(7)
+    compared = 0
+    for k in (0, 3):
+        spec = _meeting(k)
+        dec = spec.decoder(vocab, mode="exact").prime()
+        row = np.zeros(dec._c.words, dtype=np.int32)
+        while not dec.is_terminated():
+            state = dec._frames[-1].state
+            wide = dec._wide_row(state)
+            if wide is not None:
+                assert np.array_equal(wide, _pack(dec._exact_ids(state), vocab.size)), dec.output()[-30:]
+                compared += 1
+            dec.fill_mask(row)
+            ids = np.flatnonzero(np.unpackbits(row.view(np.uint8), bitorder="little")[:vocab.size])
+            dec.consume(int(rnd.choice(ids.tolist())))
+        assert dec.record()["meetings"]
+    assert compared > 20

@@ -122,6 +122,7 @@ class TokenIndex:
                 by_bytes[pairs[k][0]] += (pairs[k][1],)
         self.by_bytes = by_bytes
         self._layouts: OrderedDict[Any, _LayoutTables] = OrderedDict()
+        self.wide: OrderedDict[Any, WideTable] = OrderedDict()  # per (wide matcher, bytes before, bytes typed)
         self.lock = threading.Lock()
 
     def layout_tables(self, layout_key: Any) -> _LayoutTables:
@@ -197,6 +198,8 @@ PRIME_CHOICES_STATES = 2048
 PRIME_ROWS_SECONDS = 0.005
 #: a newly planned certain run also computes the mask row where it ends (:meth:`Decoder._row_after`)
 ROW_AHEAD = True
+#: masks in a settled wide field slot come from its :class:`WideTable` (else: the walk of the token index)
+WIDE_TABLES = True
 
 
 @dataclass(frozen=True)
@@ -309,6 +312,59 @@ def build_choice_table(layout: Layout, index: TokenIndex, state: State,
                        index.size)
 
 
+@dataclass(frozen=True)
+class WideTable:
+    """The tokens admitted at a state before or inside a wide field slot whose admissible values are settled
+    (:meth:`Session._settled`): where every record writes fixed bytes ``before`` and then the slot's value, having
+    typed ``sub`` of it. Built from the matcher and the token index alone, once per (matcher, before, sub) and
+    vocabulary, and shared by every slot with that domain (every meeting time field of every declaration).
+
+    A token that ends inside the value, ``before + rest`` of some rendering, is admitted iff an admissible value's
+    rendering starts with ``sub`` and its bytes: the renderings that do are one span ``[lo, hi)`` of the sorted
+    renderings, so a mask is one comparison of the admissible counts at the span ends per token. A token running
+    past a rendering's end (``"`` then ``,``) is checked under the solver, like a choice table's ``checks``."""
+
+    matcher: Any
+    ids: np.ndarray  # the tokens that end inside a value
+    lo: np.ndarray  # ... the span of sorted renderings each one is a prefix of
+    hi: np.ndarray
+    words: np.ndarray  # ... as mask words and bits
+    bits: np.ndarray
+    checks: tuple[tuple[int, int, bytes], ...]  # (sorted position of the rendering, token id, token bytes)
+
+    @classmethod
+    def build(cls, index: TokenIndex, m: EnumSlot, before: bytes, sub: bytes) -> WideTable:
+        lo, hi = m._span(sub)
+        renders = m.renders
+        n = len(sub)
+        spans: dict[bytes, int] = {}  # each distinct prefix of a rest -> the first sorted position it starts
+        ids, los, his = [], [], []
+        checks = []
+        for j in range(lo, hi):
+            rest = before + renders[j][n:]
+            for k in range(1, len(rest) + 1):
+                p = rest[:k]
+                if p in spans:
+                    continue
+                spans[p] = j
+                toks = index.by_bytes.get(p)
+                if toks:
+                    # the renderings whose rest starts with p: from j (sorted) to the first that does not
+                    value = p[len(before):] if len(p) > len(before) else b""
+                    end = m._span(sub + value)[1] if len(p) > len(before) else hi
+                    for t in toks:
+                        ids.append(t)
+                        los.append(j)
+                        his.append(end)
+            a, z = index.span(rest)
+            for i in range(a, z):
+                if len(index.toks[i]) > len(rest):
+                    checks.append((j, int(index.ids[i]), index.toks[i]))
+        arr = np.array(ids, dtype=np.int64)
+        words, bits = _word_bits(arr)
+        return cls(m, arr, np.array(los, dtype=np.intp), np.array(his, dtype=np.intp), words, bits, tuple(checks))
+
+
 # ------------------------------------------------------------------------------------------------------ compiled
 class _Compiled:
     """What every decoder of one (declaration, vocabulary, style) shares: the layout, the token index, the free
@@ -326,6 +382,7 @@ class _Compiled:
         self.plans: OrderedDict[Any, tuple[_Step, ...]] = OrderedDict()
         self.suffixes: OrderedDict[Any, bool] = OrderedDict()
         self.tails: OrderedDict[Any, bytes | None] = OrderedDict()  # _fixed_tail by a free string's place
+        self.counts: OrderedDict[Any, Any] = OrderedDict()  # Decoder._wide_row's admissible counts per set
         try:  # the layout is a function of the schema's text (property order included) and the style
             layout_key: Any = (json.dumps(spec.schema), indent)
         except (TypeError, ValueError):
@@ -655,6 +712,8 @@ class Decoder:
             self.stats.mask_hits += 1
             return row
         row = self._choice_row(frame.state)
+        if row is None and WIDE_TABLES:
+            row = self._wide_row(frame.state)
         if row is not None:
             return _remember(self._c.masks, key, row, 2048)
         opening = self._opening(frame.state)
@@ -698,6 +757,51 @@ class Decoder:
             ids = np.array(extra, dtype=np.int64)
             np.bitwise_or.at(row.view(np.uint32), *_word_bits(ids))
         return row
+
+    def _wide_row(self, state: State) -> np.ndarray | None:
+        """The mask row at ``state`` from its :class:`WideTable`, where ``state`` is before or inside a wide field
+        slot whose admissible values the session has settled; ``None`` elsewhere (the walk of the token index)."""
+        choice = self.layout.value_choice(state)
+        if choice is None or choice[0] not in self._fields or not self.session.wide(choice[0]):
+            return None
+        pointer, _, m, before, sub = choice
+        if len(m.domain) != self._fields[pointer].size:
+            return None
+        mask = self.session.questions(pointer).settled()
+        if mask is None:
+            return None
+        index = self._c.index
+        key = (id(m), before, sub)
+        table = index.wide.get(key)
+        if table is None or table.matcher is not m:
+            table = WideTable.build(index, m, before, sub)
+            with index.lock:
+                _remember(index.wide, key, table, 4096)
+        ckey = (id(m), mask)  # the admissible count below each sorted position, per admissible set
+        counts = self._c.counts.get(ckey)
+        if counts is None or counts[0] is not m:
+            order = m.__dict__.get("_order_intp")
+            if order is None:
+                order = m._order_intp = np.asarray(m.order, dtype=np.intp)
+            ok = np.frombuffer(mask, dtype=np.uint8)[order]
+            counts = _remember(self._c.counts, ckey, (m, np.concatenate(([0], np.cumsum(ok, dtype=np.int64)))), 256)
+        counts = counts[1]
+        keep = counts[table.hi] > counts[table.lo]
+        out = np.zeros(self._c.words, dtype=np.uint32)
+        np.bitwise_or.at(out, table.words[keep], table.bits[keep])
+        extra: list[int] = []
+        f = None
+        for j, tid, data in table.checks:  # tokens running past a value: checked under the solver
+            if counts[j + 1] > counts[j]:
+                f = f or self._admissible()
+                if self._suffix_ok(state, data, (), f):
+                    extra.append(tid)
+        if self.layout.finish(state) is not None and \
+                self.layout.finish(state, admissible=f or self._admissible()) is not None:
+            extra += self._c.eos.tolist()
+        if extra:
+            np.bitwise_or.at(out, *_word_bits(np.array(extra, dtype=np.int64)))
+        return out.view(np.int32)
 
     def _choice_table(self, state: State, choice: Any = _NONE) -> ChoiceTable | None:
         """The :class:`ChoiceTable` at ``state`` (built on first use, kept per layout), or ``None`` where none applies
