@@ -61,7 +61,7 @@ import numpy as np
 
 from ..schema import jkey
 from .freeslot import StringSlot
-from .layout import EnumSlot, Layout, State
+from .layout import FIELD, EnumSlot, Layout, State
 from .strings import Closing, StringMasks
 from .stringtables import vocabulary_key
 from .vocab import Vocabulary
@@ -123,6 +123,7 @@ class TokenIndex:
         self.by_bytes = by_bytes
         self._layouts: OrderedDict[Any, _LayoutTables] = OrderedDict()
         self.wide: OrderedDict[Any, WideTable] = OrderedDict()  # per (wide matcher, bytes before, bytes typed)
+        self.wide_done: dict[int, Any] = {}  # the matchers whose tables Decoder.prime built ahead (kept alive here)
         self.lock = threading.Lock()
 
     def layout_tables(self, layout_key: Any) -> _LayoutTables:
@@ -200,6 +201,8 @@ PRIME_ROWS_SECONDS = 0.005
 ROW_AHEAD = True
 #: masks in a settled wide field slot come from its :class:`WideTable` (else: the walk of the token index)
 WIDE_TABLES = True
+#: what :meth:`Decoder.prime` spends at most, once per wide matcher and vocabulary, building wide tables ahead
+PRIME_WIDE_SECONDS = 0.05
 
 
 @dataclass(frozen=True)
@@ -502,6 +505,7 @@ class Decoder:
         if len(self._frames) == 1:
             self._build_choice_tables()
             self._root_rows()
+            self._build_wide_tables()
         if self.mode == "canonical" and len(self._frames) == 1:
             plan = self._plan()  # a new plan computes the row where it ends; one from the cache, here (a lookup
             if not plan or plan[-1].state is not None:  # where it was just computed; a run ending with EOS: no row)
@@ -862,6 +866,39 @@ class Decoder:
                     queue.append(nxt)
         with self._c.index.lock:  # done for every declaration with the layout (past the budget: left to first visits)
             done.update(todo)
+        return built
+
+    def _build_wide_tables(self, seconds: float = PRIME_WIDE_SECONDS) -> int:
+        """Build ahead, within ``seconds``, the :class:`WideTable` of every prefix where a wide field's renderings
+        branch within the next two bytes (where a model may choose inside the value, or a planner stops before a
+        token that could run into a choice: 278 of a day of clock times' 2,618 prefixes), once per matcher and
+        vocabulary, for the declarations whose wide fields the session settles (difference components): a first
+        choice inside a time value then finds its table (9 ms for the 278; on first use, one at a time, 0.2-2 ms on
+        the path of the mask the model waits for). Returns the tables built."""
+        dm = getattr(self.session, "_difference", None)
+        if dm is None or not dm.components or not WIDE_TABLES:
+            return 0
+        index, wide_domain = self._c.index, self.session.wide_domain
+        matchers = {id(ins[2]): ins[2] for ins in self.layout._code
+                    if ins[0] == FIELD and type(ins[2]) is EnumSlot and len(ins[2].domain) > wide_domain}
+        deadline = time.perf_counter() + seconds
+        built = 0
+        for key, m in matchers.items():
+            if index.wide_done.get(key) is m:
+                continue
+            subs = sorted({r[:k] for r in m.renders for k in range(len(r))  # a branch within the next two bytes
+                           if any(len(m.next_bytes(r[:j])) > 1 for j in range(k, min(len(r), k + 3)))},
+                          key=lambda p: (len(p), p))
+            for sub in subs:
+                if time.perf_counter() > deadline:
+                    return built
+                if (id(m), b"", sub) not in index.wide:
+                    table = WideTable.build(index, m, b"", sub)
+                    with index.lock:
+                        _remember(index.wide, (id(m), b"", sub), table, 4096)
+                    built += 1
+            with index.lock:
+                index.wide_done[key] = m
         return built
 
     def _root_rows(self, seconds: float = PRIME_ROWS_SECONDS) -> int:
