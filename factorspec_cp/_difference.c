@@ -4,7 +4,13 @@
    A search state is the matrix D of shortest paths (D[a*n+b]: the least bound on x_b - x_a implied so far); adding
    an edge updates it in O(n^2) and fails exactly when it closes a negative cycle. A relation is a list of
    alternatives, each a conjunction of edges: one alternative is a plain constraint, several a disjunction.
-   Each candidate (a completion of the declaration's narrow fields, chosen in Python) activates some relations.
+
+   The candidates are the rows of a grid (completions of the free narrow fields, in lexicographic order, chosen in
+   Python); each activates some relations, and a relation's activation is decided by a prefix of the row (its depth:
+   one past the last free field its condition reads). Rows are walked as a trie: the matrix after a prefix is
+   shared by every row with that prefix, and a prefix whose constraints are inconsistent (or, when projecting, whose
+   interval is already covered) cuts every row below it. At a row's end the disjunctions it activated are searched
+   with unit propagation.
 
    project(): the values x_t takes over every candidate and every choice of alternatives that is consistent: a union
    of intervals (the projection of one consistent system of difference constraints onto x_t is the integer interval
@@ -22,21 +28,23 @@
 #define INF (1 << 28)
 
 typedef struct {
-    int n, R;
-    const int *rel_alt;   /* R + 1 offsets into alternatives */
-    const int *alt_edge;  /* A + 1 offsets into edges */
-    const int *edges;     /* triples u, v, w */
-    int *stack;           /* one n*n matrix per depth */
-    unsigned char *open;  /* one R-byte "still open" vector per depth */
+    int n, R, m;
+    const int *rel_alt;         /* R + 1 offsets into alternatives */
+    const int *alt_edge;        /* A + 1 offsets into edges */
+    const int *edges;           /* triples u, v, w */
+    const unsigned char *active; /* K x R: the relations each row activates */
+    const int *grid;            /* K x m: the rows */
+    Py_ssize_t K;
+    int *at_depth, *depth_start; /* the relations of each depth 0..m, grouped */
+    int *prefix;                /* (m + 1) matrices: after each prefix of the current row */
+    unsigned char *popen;       /* (m + 1) x R: the disjunctions each prefix opened */
+    int *stack;                 /* one n*n matrix per level of the disjunction search */
+    unsigned char *open;        /* one R-byte "still open" vector per level */
     int depth_max;
     long nodes, budget;
     int target;
-    /* the union of intervals found (project) */
-    int *lo, *hi, count, cap;
-    /* a solution of the first consistent leaf (feasible) */
-    int *solution, have_solution;
-    /* plain relations every candidate activates: added once, into the matrix every candidate starts from */
-    unsigned char *common;
+    int *lo, *hi, count, cap;   /* the union of intervals found (project) */
+    int *solution, have_solution; /* a solution of the first consistent leaf (feasible) */
 } Search;
 
 static int add_edge(int *D, int n, int u, int v, int w) {
@@ -75,7 +83,9 @@ static int add_alt(const Search *s, int *D, int alt) {
     return 1;
 }
 
-static int covered(const Search *s, int lo, int hi) {
+static int covered(const Search *s, const int *D) {
+    int n = s->n, t = s->target;
+    int lo = D[t * n] >= INF ? -INF : -D[t * n], hi = D[t] >= INF ? INF : D[t];
     for (int i = 0; i < s->count; i++)
         if (s->lo[i] <= lo && hi <= s->hi[i]) return 1;
     return 0;
@@ -95,10 +105,10 @@ static int cover(Search *s, int lo, int hi) {
     if (removed == 0) {
         if (s->count == s->cap) {
             int cap = s->cap ? 2 * s->cap : 16;
-            int *nl = realloc(s->lo, cap * sizeof(int)), *nh;
+            int *nl = realloc(s->lo, cap * sizeof(int));
             if (!nl) return 0;
             s->lo = nl;
-            nh = realloc(s->hi, cap * sizeof(int));
+            int *nh = realloc(s->hi, cap * sizeof(int));
             if (!nh) return 0;
             s->hi = nh;
             s->cap = cap;
@@ -116,14 +126,15 @@ static int cover(Search *s, int lo, int hi) {
     return 1;
 }
 
-/* returns 1 to stop everything (a feasible leaf in feasible mode), 0 to go on, -1 past the budget, -2 no memory */
+/* The disjunction search at a row's end, from level `depth` of the stack.
+   Returns 1 to stop (a consistent leaf, feasible mode), 0 to go on, -1 past the budget, -2 no memory. */
 static int dfs(Search *s, int depth, int project) {
     int n = s->n, R = s->R;
     int *D = s->stack + (size_t)depth * n * n;
     unsigned char *open = s->open + (size_t)depth * R;
     if (++s->nodes > s->budget) return -1;
     int changed = 1;
-    while (changed) {
+    while (changed) {  /* unit propagation: a disjunction with one viable alternative takes it */
         changed = 0;
         for (int r = 0; r < R; r++) {
             if (!open[r]) continue;
@@ -142,19 +153,13 @@ static int dfs(Search *s, int depth, int project) {
             }
         }
     }
-    int t = s->target;
-    if (project) {
-        int lo = D[t * n] >= INF ? -INF : -D[t * n], hi = D[t] >= INF ? INF : D[t];
-        if (covered(s, lo, hi)) return 0;
-    }
+    if (project && covered(s, D)) return 0;
     int pick = -1;
     for (int r = 0; r < R; r++)
         if (open[r]) { pick = r; break; }
     if (pick < 0) {
-        if (project) {
-            int lo = -D[t * n], hi = D[t];
-            return cover(s, lo, hi) ? 0 : -2;
-        }
+        int t = s->target;
+        if (project) return cover(s, -D[t * n], D[t]) ? 0 : -2;
         if (!s->have_solution) {
             for (int b = 0; b < n; b++) s->solution[b] = -D[b * n];
             s->have_solution = 1;
@@ -176,8 +181,74 @@ static int dfs(Search *s, int depth, int project) {
     return 0;
 }
 
+/* Add to prefix level d (copied from d - 1) the relations of depth d that row k activates: 0 where inconsistent. */
+static int extend(Search *s, int d, Py_ssize_t k) {
+    int n = s->n, R = s->R;
+    int *D = s->prefix + (size_t)d * n * n;
+    unsigned char *open = s->popen + (size_t)d * R;
+    if (d > 0) {
+        memcpy(D, D - (size_t)n * n, (size_t)n * n * sizeof(int));
+        memcpy(open, open - R, R);
+    }
+    const unsigned char *act = s->active + k * R;
+    for (int i = s->depth_start[d]; i < s->depth_start[d + 1]; i++) {
+        int r = s->at_depth[i];
+        if (!act[r]) continue;
+        if (s->rel_alt[r + 1] - s->rel_alt[r] == 1) {
+            if (!add_alt(s, D, s->rel_alt[r])) return 0;
+        } else {
+            open[r] = 1;
+        }
+    }
+    return 1;
+}
+
+/* Every row, as a trie (see the top). `group`/`ok`/`witness`: feasible mode. Returns the dfs status. */
+static int rows(Search *s, const int *base, Py_ssize_t nbase, int project, const int *group, unsigned char *ok,
+                int *witness) {
+    int n = s->n, m = s->m, R = s->R;
+    int *D0 = s->prefix;
+    for (int a = 0; a < n; a++)
+        for (int b = 0; b < n; b++) D0[a * n + b] = a == b ? 0 : INF;
+    memset(s->popen, 0, R ? R : 1);
+    for (Py_ssize_t e = 0; e < nbase; e++)
+        if (!add_edge(D0, n, base[3 * e], base[3 * e + 1], base[3 * e + 2])) return 0;
+    if (s->K == 0 || !extend(s, 0, 0)) return 0;  /* depth 0: what every row activates alike */
+    const int *last = NULL;
+    int dead = m + 1;  /* the depth at which the last row's prefix failed (m + 1: it did not) */
+    for (Py_ssize_t k = 0; k < s->K; k++) {
+        if (group && ok[group[k]]) continue;
+        if (project && covered(s, D0)) break;  /* every value any row can take is found */
+        const int *row = s->grid + k * m;
+        int L = 0;
+        if (last) while (L < m && row[L] == last[L]) L++;
+        else L = 0;
+        if (last && dead <= L) continue;  /* it shares the prefix that failed */
+        last = row;
+        dead = m + 1;
+        for (int d = L + 1; d <= m; d++) {
+            if (++s->nodes > s->budget) return -1;
+            if (!extend(s, d, k) || (project && covered(s, s->prefix + (size_t)d * n * n))) {
+                dead = d;
+                break;
+            }
+        }
+        if (dead <= m) continue;
+        memcpy(s->stack, s->prefix + (size_t)m * n * n, (size_t)n * n * sizeof(int));
+        memcpy(s->open, s->popen + (size_t)m * R, R);
+        int had = s->have_solution;
+        int status = dfs(s, 0, project);
+        if (status < 0) return status;
+        if (status == 1) {
+            ok[group[k]] = 1;
+            if (!had) *witness = (int)k;
+        }
+    }
+    return 0;
+}
+
 typedef struct {
-    Py_buffer base, rel_alt, alt_edge, edges, active;
+    Py_buffer base, rel_alt, alt_edge, edges, active, grid, depth, groups;
 } Buffers;
 
 static void release(Buffers *b) {
@@ -186,124 +257,89 @@ static void release(Buffers *b) {
     PyBuffer_Release(&b->alt_edge);
     PyBuffer_Release(&b->edges);
     PyBuffer_Release(&b->active);
+    PyBuffer_Release(&b->grid);
+    PyBuffer_Release(&b->depth);
+    PyBuffer_Release(&b->groups);
 }
 
-/* The closure of the base edges, and of the plain relations all K candidates activate, into D (0: they are
-   inconsistent); those relations are marked common (start() skips them). */
-static int closure(Search *s, int *D, const int *base, Py_ssize_t nbase, const unsigned char *active, Py_ssize_t K) {
-    int n = s->n;
-    for (int a = 0; a < n; a++)
-        for (int b = 0; b < n; b++) D[a * n + b] = a == b ? 0 : INF;
-    for (Py_ssize_t e = 0; e < nbase; e++)
-        if (!add_edge(D, n, base[3 * e], base[3 * e + 1], base[3 * e + 2])) return 0;
-    for (int r = 0; r < s->R; r++) {
-        s->common[r] = 0;
-        if (K == 0 || s->rel_alt[r + 1] - s->rel_alt[r] != 1) continue;
-        Py_ssize_t k = 0;
-        while (k < K && active[k * s->R + r]) k++;
-        if (k < K) continue;
-        s->common[r] = 1;
-        if (!add_alt(s, D, s->rel_alt[r])) return 0;
-    }
-    return 1;
+static void finish(Search *s, Buffers *b) {
+    free(s->stack); free(s->open); free(s->prefix); free(s->popen); free(s->solution);
+    free(s->at_depth); free(s->depth_start); free(s->lo); free(s->hi);
+    release(b);
 }
 
-/* Start a candidate: its plain relations added into the matrix at depth 0 (from D0), its disjunctions opened. */
-static int start(Search *s, const int *D0, const unsigned char *act, int project) {
-    int n = s->n, t = s->target;
-    int *D = s->stack;
-    memcpy(D, D0, (size_t)n * n * sizeof(int));
-    for (int r = 0; r < s->R; r++) {
-        s->open[r] = 0;
-        if (!act[r] || s->common[r]) continue;
-        if (s->rel_alt[r + 1] - s->rel_alt[r] == 1) {
-            if (!add_alt(s, D, s->rel_alt[r])) return 0;
-            /* adding constraints only narrows the target's interval: once the union covers it, nothing to find */
-            if (project && covered(s, -D[t * n], D[t])) return 0;
-        } else {
-            s->open[r] = 1;
-        }
-    }
-    return 1;
-}
-
-static int parse(PyObject *args, Search *s, Buffers *b, int *target, Py_ssize_t *K, const char *fmt,
-                 PyObject **groups) {
+/* (n, base, rel_alt, alt_edge, edges, active, K, grid, m, rel_depth, <target or groups>, budget) */
+static int parse(PyObject *args, Search *s, Buffers *b, int project) {
     memset(b, 0, sizeof(*b));
     memset(s, 0, sizeof(*s));
-    int n;
+    int n, m;
     long budget;
-    if (groups) {
-        if (!PyArg_ParseTuple(args, fmt, &n, &b->base, &b->rel_alt, &b->alt_edge, &b->edges, &b->active, groups,
-                              &budget))
-            return 0;
-    } else if (!PyArg_ParseTuple(args, fmt, &n, &b->base, &b->rel_alt, &b->alt_edge, &b->edges, &b->active, K,
-                                 target, &budget)) {
-        return 0;
-    }
-    if (n < 1 || n > 4096 || b->rel_alt.len < (Py_ssize_t)sizeof(int) || b->base.len % (3 * sizeof(int))) {
+    Py_ssize_t K;
+    int ok = project ? PyArg_ParseTuple(args, "iy*y*y*y*y*ny*iy*il", &n, &b->base, &b->rel_alt, &b->alt_edge,
+                                        &b->edges, &b->active, &K, &b->grid, &m, &b->depth, &s->target, &budget)
+                     : PyArg_ParseTuple(args, "iy*y*y*y*y*ny*iy*y*l", &n, &b->base, &b->rel_alt, &b->alt_edge,
+                                        &b->edges, &b->active, &K, &b->grid, &m, &b->depth, &b->groups, &budget);
+    if (!ok) return 0;
+    int R = (int)(b->rel_alt.len / sizeof(int)) - 1;
+    const char *bad = NULL;
+    if (n < 1 || n > 4096 || R < 0 || m < 0 || K < 0 || b->base.len % (3 * sizeof(int)))
+        bad = "malformed difference model";
+    else if (b->active.len < K * R || b->grid.len < K * m * (Py_ssize_t)sizeof(int) ||
+             b->depth.len < R * (Py_ssize_t)sizeof(int))
+        bad = "too few rows";
+    else if (project && (s->target < 1 || s->target >= n))
+        bad = "bad target";
+    else if (!project && b->groups.len < K * (Py_ssize_t)sizeof(int))
+        bad = "one group per row";
+    if (bad) {
         release(b);
-        PyErr_SetString(PyExc_ValueError, "malformed difference model");
+        PyErr_SetString(PyExc_ValueError, bad);
         return 0;
     }
-    s->n = n;
-    s->R = (int)(b->rel_alt.len / sizeof(int)) - 1;
+    s->n = n; s->R = R; s->m = m; s->K = K;
     s->rel_alt = b->rel_alt.buf;
     s->alt_edge = b->alt_edge.buf;
     s->edges = b->edges.buf;
+    s->active = b->active.buf;
+    s->grid = b->grid.buf;
     s->budget = budget;
-    int disjunctions = 0;  /* the depth of the search: one level per disjunction decided */
-    for (int r = 0; r < s->R; r++) disjunctions += s->rel_alt[r + 1] - s->rel_alt[r] > 1;
+    const int *depth = b->depth.buf;
+    int disjunctions = 0;  /* the levels of the disjunction search: one per disjunction decided */
+    for (int r = 0; r < R; r++) disjunctions += s->rel_alt[r + 1] - s->rel_alt[r] > 1;
     s->depth_max = disjunctions + 2;
-    if (b->active.len % (s->R ? s->R : 1)) {
-        release(b);
-        PyErr_SetString(PyExc_ValueError, "the active matrix must have one byte per relation per candidate");
-        return 0;
-    }
     s->stack = malloc((size_t)s->depth_max * n * n * sizeof(int));
-    s->open = malloc((size_t)s->depth_max * (s->R ? s->R : 1));
+    s->open = malloc((size_t)s->depth_max * (R ? R : 1));
+    s->prefix = malloc((size_t)(m + 1) * n * n * sizeof(int));
+    s->popen = malloc((size_t)(m + 1) * (R ? R : 1));
     s->solution = malloc((size_t)n * sizeof(int));
-    s->common = malloc(s->R ? s->R : 1);
-    if (!s->stack || !s->open || !s->solution || !s->common) {
-        release(b);
-        free(s->stack); free(s->open); free(s->solution); free(s->common);
+    s->at_depth = malloc((size_t)(R ? R : 1) * sizeof(int));
+    s->depth_start = calloc((size_t)m + 2, sizeof(int));
+    if (!s->stack || !s->open || !s->prefix || !s->popen || !s->solution || !s->at_depth || !s->depth_start) {
+        finish(s, b);
         PyErr_NoMemory();
         return 0;
     }
+    for (int r = 0; r < R; r++) {  /* group the relations by depth (a counting sort) */
+        if (depth[r] < 0 || depth[r] > m) {
+            finish(s, b);
+            PyErr_SetString(PyExc_ValueError, "a relation's depth is outside 0..m");
+            return 0;
+        }
+        s->depth_start[depth[r] + 1]++;
+    }
+    for (int d = 0; d <= m; d++) s->depth_start[d + 1] += s->depth_start[d];
+    int *fill = calloc((size_t)m + 1, sizeof(int));
+    if (!fill) { finish(s, b); PyErr_NoMemory(); return 0; }
+    for (int r = 0; r < R; r++) s->at_depth[s->depth_start[depth[r]] + fill[depth[r]]++] = r;
+    free(fill);
     return 1;
-}
-
-static void finish(Search *s, Buffers *b, int *D0) {
-    free(s->stack); free(s->open); free(s->solution); free(s->common); free(s->lo); free(s->hi); free(D0);
-    release(b);
 }
 
 static PyObject *project(PyObject *self, PyObject *args) {
     Search s;
     Buffers b;
-    int target;
-    Py_ssize_t K;
-    if (!parse(args, &s, &b, &target, &K, "iy*y*y*y*y*nil", NULL)) return NULL;
-    int n = s.n;
-    if (target < 1 || target >= n || K < 0 || b.active.len < K * s.R) {
-        finish(&s, &b, NULL);
-        PyErr_SetString(PyExc_ValueError, "bad target or too few rows");
-        return NULL;
-    }
-    int *D0 = malloc((size_t)n * n * sizeof(int));
-    if (!D0) {
-        finish(&s, &b, NULL);
-        return PyErr_NoMemory();
-    }
-    s.target = target;
-    int status = 0;
-    if (closure(&s, D0, b.base.buf, b.base.len / (3 * sizeof(int)), b.active.buf, K)) {
-        int lo = -D0[target * n], hi = D0[target];  /* no candidate takes a value outside: once covered, done */
-        for (Py_ssize_t k = 0; k < K && status >= 0 && !covered(&s, lo, hi); k++) {
-            if (!start(&s, D0, (const unsigned char *)b.active.buf + k * s.R, 1)) continue;
-            status = dfs(&s, 0, 1);
-        }
-    }
+    if (!parse(args, &s, &b, 1)) return NULL;
+    int status = rows(&s, b.base.buf, b.base.len / (3 * sizeof(int)), 1, NULL, NULL, NULL);
     PyObject *out;
     if (status == -2) {
         out = PyErr_NoMemory();
@@ -314,73 +350,57 @@ static PyObject *project(PyObject *self, PyObject *args) {
         for (int i = 0; out && i < s.count; i++)
             PyList_SET_ITEM(out, i, Py_BuildValue("(ii)", s.lo[i], s.hi[i]));
     }
-    PyObject *nodes = PyLong_FromLong(s.nodes);
-    finish(&s, &b, D0);
-    if (!out) { Py_XDECREF(nodes); return NULL; }
-    return Py_BuildValue("(NN)", out, nodes);
+    long nodes = s.nodes;
+    finish(&s, &b);
+    if (!out) return NULL;
+    return Py_BuildValue("(Nl)", out, nodes);
 }
 
 static PyObject *feasible(PyObject *self, PyObject *args) {
     Search s;
     Buffers b;
-    PyObject *groups_obj;
-    if (!parse(args, &s, &b, NULL, NULL, "iy*y*y*y*y*Ol", &groups_obj)) return NULL;
-    int n = s.n;
-    Py_buffer g;
-    if (PyObject_GetBuffer(groups_obj, &g, PyBUF_SIMPLE) < 0) { finish(&s, &b, NULL); return NULL; }
-    Py_ssize_t K = g.len / sizeof(int);
-    const int *group = g.buf;
+    if (!parse(args, &s, &b, 0)) return NULL;
+    const int *group = b.groups.buf;
     int ngroups = 0;
-    for (Py_ssize_t k = 0; k < K; k++) if (group[k] + 1 > ngroups) ngroups = group[k] + 1;
-    int *D0 = malloc((size_t)n * n * sizeof(int));
-    unsigned char *ok = calloc(ngroups ? ngroups : 1, 1);
-    int witness = -1, status = 0;
-    if (!D0 || !ok || b.active.len < K * s.R) {
-        PyBuffer_Release(&g);
-        free(ok);
-        finish(&s, &b, D0);
-        return (!D0 || !ok) ? PyErr_NoMemory() : (PyErr_SetString(PyExc_ValueError, "too few rows"), NULL);
-    }
-    if (closure(&s, D0, b.base.buf, b.base.len / (3 * sizeof(int)), b.active.buf, K)) {
-        for (Py_ssize_t k = 0; k < K && status >= 0; k++) {
-            if (group[k] < 0 || ok[group[k]]) continue;
-            if (!start(&s, D0, (const unsigned char *)b.active.buf + k * s.R, 0)) continue;
-            int had = s.have_solution;
-            status = dfs(&s, 0, 0);
-            if (status == 1) {
-                ok[group[k]] = 1;
-                if (!had) witness = (int)k;
-                status = 0;
-            }
+    for (Py_ssize_t k = 0; k < s.K; k++) {
+        if (group[k] < 0) {
+            finish(&s, &b);
+            PyErr_SetString(PyExc_ValueError, "groups are numbered from 0");
+            return NULL;
         }
+        if (group[k] + 1 > ngroups) ngroups = group[k] + 1;
     }
+    unsigned char *ok = calloc(ngroups ? ngroups : 1, 1);
+    if (!ok) { finish(&s, &b); return PyErr_NoMemory(); }
+    int witness = -1;
+    int status = rows(&s, b.base.buf, b.base.len / (3 * sizeof(int)), 0, group, ok, &witness);
     PyObject *out;
     if (status < 0) {
         out = Py_NewRef(Py_None);
     } else {
         PyObject *sol = Py_None;
         if (s.have_solution) {
-            sol = PyList_New(n);
-            for (int i = 0; sol && i < n; i++) PyList_SET_ITEM(sol, i, PyLong_FromLong(s.solution[i]));
+            sol = PyList_New(s.n);
+            for (int i = 0; sol && i < s.n; i++) PyList_SET_ITEM(sol, i, PyLong_FromLong(s.solution[i]));
         } else {
             Py_INCREF(sol);
         }
         out = sol ? Py_BuildValue("(y#iN)", (const char *)ok, (Py_ssize_t)ngroups, witness, sol) : NULL;
     }
-    PyObject *nodes = PyLong_FromLong(s.nodes);
-    PyBuffer_Release(&g);
+    long nodes = s.nodes;
     free(ok);
-    finish(&s, &b, D0);
-    if (!out) { Py_XDECREF(nodes); return NULL; }
-    return Py_BuildValue("(NN)", out, nodes);
+    finish(&s, &b);
+    if (!out) return NULL;
+    return Py_BuildValue("(Nl)", out, nodes);
 }
 
 static PyMethodDef methods[] = {
     {"project", project, METH_VARARGS,
-     "project(n, base, rel_alt, alt_edge, edges, active, candidates, target, budget) -> (intervals or None, nodes)"},
+     "project(n, base, rel_alt, alt_edge, edges, active, K, grid, m, rel_depth, target, budget)"
+     " -> (intervals or None, nodes)"},
     {"feasible", feasible, METH_VARARGS,
-     "feasible(n, base, rel_alt, alt_edge, edges, active, groups, budget) -> ((ok, witness, solution) or None, "
-     "nodes)"},
+     "feasible(n, base, rel_alt, alt_edge, edges, active, K, grid, m, rel_depth, groups, budget)"
+     " -> ((ok, witness, solution) or None, nodes)"},
     {NULL, NULL, 0, NULL},
 };
 

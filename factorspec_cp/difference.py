@@ -173,16 +173,14 @@ class DifferenceModel:
         cand = self._candidates(comp, fixed)
         if cand is None:
             return None
-        grid, active, free = cand
+        grid, active, free, rows, depth = cand
         base = self._base(comp, fixed)
+        common = (comp.n, base, comp.rel_alt, comp.alt_edge, comp.edges, active, len(grid), rows, len(free), depth)
         if path in comp.node:
-            res, nodes = _core.project(comp.n, base, comp.rel_alt, comp.alt_edge, comp.edges, active, len(grid),
-                                       comp.node[path], BUDGET)
+            res, nodes = _core.project(*common, comp.node[path], BUDGET)
             return None if res is None else (res, nodes)
-        col = free.index(path)
-        groups = np.ascontiguousarray(grid[:, col], dtype=np.int32)
-        res, nodes = _core.feasible(comp.n, base, comp.rel_alt, comp.alt_edge, comp.edges, active, groups.tobytes(),
-                                    BUDGET)
+        groups = np.ascontiguousarray(grid[:, free.index(path)], dtype=np.int32)
+        res, nodes = _core.feasible(*common, groups.tobytes(), BUDGET)
         if res is None:
             return None
         ok = res[0]
@@ -195,9 +193,9 @@ class DifferenceModel:
         cand = None if comp is None else self._candidates(comp, fixed)
         if cand is None:
             return None
-        grid, active, _ = cand
+        grid, active, free, rows, depth = cand
         res, _ = _core.feasible(comp.n, self._base(comp, fixed), comp.rel_alt, comp.alt_edge, comp.edges, active,
-                                bytes(4 * len(grid)), BUDGET)  # one group: every candidate
+                                len(grid), rows, len(free), depth, bytes(4 * len(grid)), BUDGET)  # one group: all
         return None if res is None else res[0] == b"\x01"
 
     def _base(self, comp: Component, fixed: Mapping[str, int]) -> bytes:
@@ -209,10 +207,12 @@ class DifferenceModel:
                 edges += [(0, i, k), (i, 0, -k)]
         return np.asarray(edges, dtype=np.int32).tobytes()
 
-    def _candidates(self, comp: Component, fixed: Mapping[str, int]) -> tuple[np.ndarray, bytes, list[str]] | None:
-        """The completions of the free candidate fields that the side relations allow (rows of value indices), the
-        relations each activates (one byte per relation per row), and the free fields (the columns); kept per
-        assignment of the candidate fields."""
+    def _candidates(self, comp: Component, fixed: Mapping[str, int]) -> tuple[Any, ...] | None:
+        """The completions of the free candidate fields that the side relations allow (rows of value indices, in
+        lexicographic order), the relations each activates (one byte per relation per row), the free fields (the
+        columns), the rows as bytes, and each relation's depth (one past the last column its condition reads: the
+        search shares a prefix's constraints between the rows with that prefix); kept per assignment of the
+        candidate fields."""
         key = tuple(fixed.get(p, -1) for p in comp.candidates)
         hit = comp._candidates.get(key)
         if hit is not None:
@@ -247,7 +247,12 @@ class DifferenceModel:
         for j, (p, ok) in enumerate(comp.literals, 1):
             truth[:, j] = ok[grid[:, col[p]]] if p in col else ok[fixed[p]]
         active = truth[:, comp.rel_lits].all(axis=2)  # each relation's condition on each row
-        hit = (grid, np.ascontiguousarray(active, dtype=np.uint8).tobytes(), free)
+        lit_depth = np.zeros(len(comp.literals) + 1, dtype=np.int32)
+        for j, (p, _) in enumerate(comp.literals, 1):
+            lit_depth[j] = col[p] + 1 if p in col else 0
+        depth = lit_depth[comp.rel_lits].max(axis=1) if len(comp.relations) else np.zeros(0, dtype=np.int32)
+        hit = (grid, np.ascontiguousarray(active, dtype=np.uint8).tobytes(), free,
+               np.ascontiguousarray(grid, dtype=np.int32).tobytes(), np.ascontiguousarray(depth, np.int32).tobytes())
         if len(comp._candidates) > 4096:
             comp._candidates.clear()
         comp._candidates[key] = hit

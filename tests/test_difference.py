@@ -218,17 +218,28 @@ def test_the_core_projects_and_decides_by_itself() -> None:
     def arr(xs: list[Any]) -> bytes:
         return np.asarray(xs, dtype=np.int32).tobytes()
 
-    bounds = [(0, 1, 9), (1, 0, 0), (0, 2, 9), (2, 0, 0)]
+    bounds = arr([(0, 1, 9), (1, 0, 0), (0, 2, 9), (2, 0, 0)])
     rel_alt, alt_edge, edges = arr([0, 2, 3]), arr([0, 1, 2, 4]), arr([(2, 1, -5), (1, 2, -5), (0, 2, 4), (2, 0, -4)])
-    active = bytes([1, 1, 1, 0])  # candidate 0: both relations; candidate 1: the disjunction only
-    got, _ = core.project(3, arr(bounds), rel_alt, alt_edge, edges, active[:2], 1, 1, 1000)
+    model = (3, bounds, rel_alt, alt_edge, edges)
+    # one free boolean column: row (1,) activates both relations, row (0,) the disjunction only; depth 1 each
+    grid, depth = arr([[1], [0]]), arr([1, 1])
+    got, _ = core.project(*model, bytes([1, 1]), 1, grid, 1, depth, 1, 1000)
     assert got == [(9, 9)]  # x2 = 4: x1 <= -1 (no) or x1 >= 9
-    got, _ = core.project(3, arr(bounds), rel_alt, alt_edge, edges, active, 2, 1, 1000)
+    got, _ = core.project(*model, bytes([1, 1, 1, 0]), 2, grid, 1, depth, 1, 1000)
     assert got == [(0, 9)]  # merged: every value of 0..9 is 5 away from some value of 0..9
-    (ok, witness, solution), _ = core.feasible(3, arr(bounds), rel_alt, alt_edge, edges, active, arr([0, 1]), 1000)
+    (ok, witness, solution), _ = core.feasible(*model, bytes([1, 1, 1, 0]), 2, grid, 1, depth, arr([0, 1]), 1000)
     assert ok == b"\x01\x01" and witness == 0 and solution[2] == 4 and abs(solution[1] - solution[2]) >= 5
-    res, _ = core.project(3, arr(bounds), rel_alt, alt_edge, edges, active, 2, 1, 1)
+    res, _ = core.project(*model, bytes([1, 1, 1, 0]), 2, grid, 1, depth, 1, 1)
     assert res is None  # past the budget
+    # a prefix that is inconsistent cuts the rows below it: x2 = 4 and x2 = 5 at depth 1
+    edges2 = arr([(2, 1, -5), (1, 2, -5), (0, 2, 4), (2, 0, -4), (0, 2, 5), (2, 0, -5)])
+    two = (3, bounds, arr([0, 2, 3, 4]), arr([0, 1, 2, 4, 6]), edges2)
+    grid2 = arr([[0, 0], [0, 1], [1, 0], [1, 1]])
+    active2 = bytes([1, 0, 0, 1, 0, 0, 1, 1, 1, 1, 1, 1])  # rows (1, *) activate both fixings: inconsistent
+    got, _ = core.project(*two, active2, 4, grid2, 2, arr([0, 1, 1]), 1, 1000)
+    assert got == [(0, 9)]
+    (ok, _, _), _ = core.feasible(*two, active2, 4, grid2, 2, arr([0, 1, 1]), arr([0, 1, 2, 3]), 1000)
+    assert ok == b"\x01\x01\x00\x00"
 
 
 @pytest.mark.parametrize("seed", range(6))
