@@ -201,8 +201,12 @@ PRIME_ROWS_SECONDS = 0.005
 ROW_AHEAD = True
 #: masks in a settled wide field slot come from its :class:`WideTable` (else: the walk of the token index)
 WIDE_TABLES = True
-#: what :meth:`Decoder.prime` spends at most, once per wide matcher and vocabulary, building wide tables ahead
+#: what :meth:`Decoder.prime` spends at most, once per wide matcher and vocabulary, building wide tables ahead,
+#: for domains of at most this many values (a day of minutes: 900; BFCL's 11,323 dates are left to first use)
 PRIME_WIDE_SECONDS = 0.05
+PRIME_WIDE_VALUES = 2048
+#: the most renderings a :class:`WideTable` spans (a table's build is linear in them; above, the walk)
+WIDE_TABLE_VALUES = 2048
 
 
 @dataclass(frozen=True)
@@ -771,6 +775,9 @@ class Decoder:
         pointer, _, m, before, sub = choice
         if len(m.domain) != self._fields[pointer].size:
             return None
+        lo, hi = m._span(sub)
+        if hi - lo > WIDE_TABLE_VALUES:  # a table over BFCL's 11,323 dates costs ~0.1 s: the walk (a few ms) instead
+            return None
         mask = self.session.questions(pointer).settled()
         if mask is None:
             return None
@@ -884,7 +891,7 @@ class Decoder:
         deadline = time.perf_counter() + seconds
         built = 0
         for key, m in matchers.items():
-            if index.wide_done.get(key) is m:
+            if index.wide_done.get(key) is m or len(m.renders) > PRIME_WIDE_VALUES:
                 continue
             subs = sorted({r[:k] for r in m.renders for k in range(len(r))  # a branch within the next two bytes
                            if any(len(m.next_bytes(r[:j])) > 1 for j in range(k, min(len(r), k + 3)))},
