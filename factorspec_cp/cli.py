@@ -344,7 +344,8 @@ def parser() -> argparse.ArgumentParser:
                    help="service: draft waits to compare with workers, in ms, comma-separated (none: wait for every "
                         "draft)")
     b.add_argument("--workloads", default=None, help="serve: trip,calendar,meeting,tool-calls,trip+note; service: "
-                   "trip,calendar,meeting,tool-calls (the default)")
+                   "trip,calendar,meeting,tool-calls (the default); walks: some of trip,calendar,meeting,tool-call,"
+                   "trip+note, equally weighted (default: the standard mix)")
     b.add_argument("--num-spec", type=int, default=32, help="serve/service: certain-run draft cap")
     b.add_argument("--bench-note", default="",
                    help="serve/masks/generate: what else ran on the machine (goes in the report)")

@@ -202,13 +202,22 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
+    workloads = None
+    if getattr(args, "workloads", None):  # the named workloads only, equally weighted
+        names = [w.strip() for w in args.workloads.split(",") if w.strip()]
+        unknown = [w for w in names if w not in WEIGHTS]
+        if unknown:
+            raise SystemExit(f"walks: unknown workloads {unknown}; known: {', '.join(WEIGHTS)}")
+        workloads = {w: 1.0 for w in names}
+
     def write(res: dict[str, Any]) -> None:
         res["machine"] = f"{platform.machine()}, {platform.python_version()}"
-        res["command"] = f"factorspec bench walks --walks {args.walks} --seed {args.seed}"
+        res["command"] = f"factorspec bench walks --walks {args.walks} --seed {args.seed}" + (
+            f" --workloads {args.workloads}" if workloads else "")
         (out / "walks.json").write_text(json.dumps(res, indent=1) + "\n")
         (out / "walks.md").write_text(report_md(res))
 
-    res = run_walks(args.walks, seed=args.seed, progress=True, checkpoint=write)
+    res = run_walks(args.walks, seed=args.seed, workloads=workloads, progress=True, checkpoint=write)
     write(res)
     print(report_md(res))
     return 1 if res["failures"] else 0
