@@ -286,9 +286,9 @@ def test_settled_asked_slot_matches_the_admissible_enum(seed: int) -> None:
 def test_wide_table_rows_equal_the_walk_of_the_token_index(name: str) -> None:
     """Masks inside settled wide slots from the shared WideTable (counts at span ends, tokens running past a value
     checked under the solver) against the walk of the token index, at every position of random walks in exact mode
-    (each token drawn from the mask), through two meeting records and a BFCL hotel booking (dates, tables only once
-    a prefix narrows them to at most WIDE_TABLE_VALUES): at the opening quote, inside values and before a value's
-    closing quote, where tokens run into what follows."""
+    (each token drawn from the mask), through two meeting records and a BFCL hotel booking (its dates are more than
+    WIDE_TABLE_VALUES: no table, the walk): at the opening quote, inside values and before a value's closing quote,
+    where tokens run into what follows."""
     import numpy as np
 
     from factorspec_cp.bench.walks import VOCABS

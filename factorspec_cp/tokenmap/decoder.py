@@ -205,7 +205,8 @@ WIDE_TABLES = True
 #: for domains of at most this many values (a day of minutes: 900; BFCL's 11,323 dates are left to first use)
 PRIME_WIDE_SECONDS = 0.05
 PRIME_WIDE_VALUES = 2048
-#: the most renderings a :class:`WideTable` spans (a table's build is linear in them; above, the walk)
+#: the largest domain whose masks come from :class:`WideTable` s (built ahead by prime: a day of minutes, 900; above,
+#: BFCL's dates with thousands of prefixes, the walk of the token index)
 WIDE_TABLE_VALUES = 2048
 
 
@@ -775,9 +776,8 @@ class Decoder:
         pointer, _, m, before, sub = choice
         if len(m.domain) != self._fields[pointer].size:
             return None
-        lo, hi = m._span(sub)
-        if hi - lo > WIDE_TABLE_VALUES:  # a table over BFCL's 11,323 dates costs ~0.1 s: the walk (a few ms) instead
-            return None
+        if len(m.renders) > WIDE_TABLE_VALUES:  # BFCL's 11,323 dates: thousands of distinct prefixes, each table
+            return None  # built on first use (up to 0.1 s at the opening quote): the walk (a few ms) is cheaper there
         mask = self.session.questions(pointer).settled()
         if mask is None:
             return None
