@@ -131,6 +131,7 @@ class DifferenceModel:
             if inst.scope:
                 groups.setdefault(find(inst.scope[0]), []).append(inst)
         self.part: dict[str, str] = {p: find(p) for p in parent}  # every field relations read -> its component's root
+        self.split = len(set(self.part.values())) > 1  # several components (else part_key is the whole assignment)
         self.components: dict[str, Component] = {}
         memo = weights_memo(spec)
         for root, insts in groups.items():

@@ -328,12 +328,12 @@ class Session:
         dm = self._difference
         if dm is None or known.complete:
             return known.complete
-        key = dm.part_key(path, st.fixed)
-        hit = self._parts.get(key)
-        if hit is not None:  # the same assignment of its component, elsewhere: the same admissible values
-            known.status[:] = hit
-            known.known, known.refuted = hit.count(1), hit.count(2)
-            return True
+        if dm.split:  # one component: the key is the state's own, whose knowledge is kept with it
+            hit = self._parts.get(dm.part_key(path, st.fixed))
+            if hit is not None:  # the same assignment of its component, elsewhere: the same admissible values
+                known.status[:] = hit
+                known.known, known.refuted = hit.count(1), hit.count(2)
+                return True
         if dm.component(path) is None:
             return False
         t = time.perf_counter()
@@ -359,7 +359,7 @@ class Session:
 
     def _keep(self, st: State, path: str, known: Known) -> None:
         """Keep a complete knowledge of ``path`` for every state with its component's assignment (:meth:`_settle`)."""
-        if self._difference is not None and known.complete:
+        if self._difference is not None and self._difference.split and known.complete:
             if len(self._parts) > 65536:
                 self._parts.clear()
             self._parts[self._difference.part_key(path, st.fixed)] = bytes(known.status)
