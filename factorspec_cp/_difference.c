@@ -291,6 +291,20 @@ static int parse(PyObject *args, Search *s, Buffers *b, int project) {
         bad = "bad target";
     else if (!project && b->groups.len < K * (Py_ssize_t)sizeof(int))
         bad = "one group per row";
+    if (!bad) {  /* offsets within their buffers, nondecreasing; every node below n */
+        const int *ra = b->rel_alt.buf, *ae = b->alt_edge.buf, *ed = b->edges.buf, *bs = b->base.buf;
+        Py_ssize_t A = b->alt_edge.len / (Py_ssize_t)sizeof(int) - 1, E = b->edges.len / (3 * (Py_ssize_t)sizeof(int));
+        Py_ssize_t nb = b->base.len / (3 * (Py_ssize_t)sizeof(int));
+        if (A < 0 || ra[0] != 0 || ra[R] > A || ae[0] != 0 || ae[A] > E) bad = "offsets outside their buffers";
+        for (int r = 0; !bad && r < R; r++)
+            if (ra[r + 1] < ra[r]) bad = "offsets must not decrease";
+        for (Py_ssize_t a = 0; !bad && a < A; a++)
+            if (ae[a + 1] < ae[a]) bad = "offsets must not decrease";
+        for (Py_ssize_t e = 0; !bad && e < 3 * E; e += 3)
+            if (ed[e] < 0 || ed[e] >= n || ed[e + 1] < 0 || ed[e + 1] >= n) bad = "an edge's node is outside 0..n-1";
+        for (Py_ssize_t e = 0; !bad && e < 3 * nb; e += 3)
+            if (bs[e] < 0 || bs[e] >= n || bs[e + 1] < 0 || bs[e + 1] >= n) bad = "an edge's node is outside 0..n-1";
+    }
     if (bad) {
         release(b);
         PyErr_SetString(PyExc_ValueError, bad);
@@ -347,8 +361,11 @@ static PyObject *project(PyObject *self, PyObject *args) {
         out = Py_NewRef(Py_None);
     } else {
         out = PyList_New(s.count);
-        for (int i = 0; out && i < s.count; i++)
-            PyList_SET_ITEM(out, i, Py_BuildValue("(ii)", s.lo[i], s.hi[i]));
+        for (int i = 0; out && i < s.count; i++) {
+            PyObject *pair = Py_BuildValue("(ii)", s.lo[i], s.hi[i]);
+            if (!pair) { Py_CLEAR(out); break; }
+            PyList_SET_ITEM(out, i, pair);
+        }
     }
     long nodes = s.nodes;
     finish(&s, &b);
@@ -381,7 +398,11 @@ static PyObject *feasible(PyObject *self, PyObject *args) {
         PyObject *sol = Py_None;
         if (s.have_solution) {
             sol = PyList_New(s.n);
-            for (int i = 0; sol && i < s.n; i++) PyList_SET_ITEM(sol, i, PyLong_FromLong(s.solution[i]));
+            for (int i = 0; sol && i < s.n; i++) {
+                PyObject *x = PyLong_FromLong(s.solution[i]);
+                if (!x) { Py_CLEAR(sol); break; }
+                PyList_SET_ITEM(sol, i, x);
+            }
         } else {
             Py_INCREF(sol);
         }

@@ -51,8 +51,10 @@ BUDGET = 200_000
 MAX_CANDIDATES = 4096
 #: Candidate fields wider than this make a component ineligible (they are enumerated).
 MAX_CANDIDATE_SIZE = 64
-#: Components with more time fields than this are left to the solver (the search keeps n x n matrices per level).
+#: Components with more time fields than this are left to the solver (the search keeps n x n matrices per level),
+#: and those whose matrices, one per disjunction and per candidate column, would pass MAX_SEARCH_BYTES.
 MAX_TIMES = 128
+MAX_SEARCH_BYTES = 64 << 20
 _BIG = 1 << 26  # weights are clamped into (-_BIG, _BIG): sums of three stay within int32 in the search
 
 Interval = tuple[int, int]
@@ -177,11 +179,14 @@ class DifferenceModel:
         grid, active, free, rows, depth = cand
         base = self._base(comp, fixed)
         common = (comp.n, base, comp.rel_alt, comp.alt_edge, comp.edges, active, len(grid), rows, len(free), depth)
-        if path in comp.node:
-            res, nodes = _core.project(*common, comp.node[path], BUDGET)
-            return None if res is None else (res, nodes)
-        groups = np.ascontiguousarray(grid[:, free.index(path)], dtype=np.int32)
-        res, nodes = _core.feasible(*common, groups.tobytes(), BUDGET)
+        try:  # (a malformed model raises ValueError: a bug, not a fallback)
+            if path in comp.node:
+                res, nodes = _core.project(*common, comp.node[path], BUDGET)
+                return None if res is None else (res, nodes)
+            groups = np.ascontiguousarray(grid[:, free.index(path)], dtype=np.int32)
+            res, nodes = _core.feasible(*common, groups.tobytes(), BUDGET)
+        except MemoryError:
+            return None
         if res is None:
             return None
         ok = res[0]
@@ -195,8 +200,11 @@ class DifferenceModel:
         if cand is None:
             return None
         grid, active, free, rows, depth = cand
-        res, _ = _core.feasible(comp.n, self._base(comp, fixed), comp.rel_alt, comp.alt_edge, comp.edges, active,
-                                len(grid), rows, len(free), depth, bytes(4 * len(grid)), BUDGET)  # one group: all
+        try:
+            res, _ = _core.feasible(comp.n, self._base(comp, fixed), comp.rel_alt, comp.alt_edge, comp.edges, active,
+                                    len(grid), rows, len(free), depth, bytes(4 * len(grid)), BUDGET)  # one group: all
+        except MemoryError:
+            return None
         return None if res is None else res[0] == b"\x01"
 
     def _base(self, comp: Component, fixed: Mapping[str, int]) -> bytes:
@@ -287,7 +295,7 @@ def _affine(col: Sequence[int], memo: dict[Any, Any]) -> tuple[int, int] | None:
 
 def _edges(rel: Any, fields: Any, memo: dict[Any, Any], times: set[str], node: dict[str, int]) -> list[Edge] | None:
     """A linear relation of one or two time terms as difference edges (over value indices), or ``None``."""
-    if type(rel) is not Linear or rel.op == "!=":
+    if type(rel) is not Linear or rel.op == "!=" or type(rel.rhs) is not int:
         return None
     cols = weights(rel.terms, fields, memo)
     if not cols or len(cols) > 2 or any(p not in times for p in cols):
@@ -338,8 +346,8 @@ def _component(insts: Sequence[Instance], fields: Any, memo: dict[Any, Any]) -> 
                 f = fields[t.path]
                 if f.size > MAX_CANDIDATE_SIZE:
                     times.add(t.path)
-    if not times or len(times) > MAX_TIMES:
-        return None
+    if not times or len(times) > MAX_TIMES or any(fields[p].size >= _BIG for p in times):
+        return None  # (weights are clamped into (-_BIG, _BIG): exact only for domains below it)
     scope = list(dict.fromkeys(p for inst in insts for p in inst.scope))
     node = {p: k + 1 for k, p in enumerate(sorted(times, key=scope.index))}
     candidates = [p for p in scope if p not in times]
@@ -373,5 +381,8 @@ def _component(insts: Sequence[Instance], fields: Any, memo: dict[Any, Any]) -> 
                 return None
             alts.append(e)
         relations.append((lits, alts))
+    levels = sum(len(alts) > 1 for _, alts in relations) + len(candidates) + 3
+    if levels * (len(times) + 1) ** 2 * 4 > MAX_SEARCH_BYTES:
+        return None
     return Component(sorted(times, key=node.get), candidates, node, relations, side,
                      {p: fields[p].size for p in scope})

@@ -334,8 +334,9 @@ class Session:
                 known.status[:] = hit
                 known.known, known.refuted = hit.count(1), hit.count(2)
                 return True
-        if dm.component(path) is None:
+        if dm.component(path) is None or known.searched:
             return False
+        known.searched = True  # past its budget once: not again for this field and state (the solver answers)
         t = time.perf_counter()
         res = dm.admissible(path, st.fixed)
         self.stats.difference_seconds += time.perf_counter() - t
@@ -806,6 +807,11 @@ class FieldQuestions:
     def among(self, groups: Sequence[Sequence[Interval]]) -> list[bool]:
         """For each group, whether some admissible value's index lies in it."""
         return self.session._among(self.path, self._state, groups, self._unscoped)
+
+    @property
+    def values(self) -> Any:
+        """The field's domain, in the order the groups' indices refer to."""
+        return self.session._field(self.path).values
 
     def settled(self) -> bytes | None:
         """One byte per domain value, 1 exactly where it is admissible, where that is known without a solve: the

@@ -31,7 +31,6 @@ sys.modules.setdefault("bruteforce", bruteforce)
 _spec.loader.exec_module(bruteforce)  # type: ignore[union-attr]
 BruteForce = bruteforce.BruteForce
 
-pytestmark = pytest.mark.skipif(difference._core is None, reason="the compiled core is not built")
 
 
 def _clock(k: int) -> str:
@@ -132,6 +131,68 @@ def test_admissible_values_match_brute_force(seed: int) -> None:
         assignment[path] = rnd.choice(vals)
         s.assign(path, assignment[path])
     assert s.stats.difference > 0  # the search answered (not the solver)
+
+
+def test_the_core_is_built() -> None:
+    """pip builds the extension (setup.py); without it every difference component would go to the solver unseen."""
+    assert difference._core is not None
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_any_assignment_with_another_component_matches_brute_force(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Assignments drawn from whole domains, not only admissible values, two fields at a time, in a declaration with
+    a second component (a table over two enums): each state extends its parent by several fields, so its
+    satisfiability is decided per component (the search for the difference component; a record of an ancestor for
+    the table) and knowledge is reused per component assignment. Satisfiability and every admissible set equal brute
+    force, unsatisfiable assignments included."""
+    calls = []
+    original = session_module.Session._components_sat
+
+    def counted(self: Any, *args: Any) -> Any:
+        out = original(self, *args)
+        calls.append(out)
+        return out
+
+    monkeypatch.setattr(session_module.Session, "_components_sat", counted)
+    rnd = random.Random(seed)
+    for draw in range(10):
+        doc = declaration(5000 + 100 * seed + draw)
+        doc["properties"]["c0"] = {"enum": ["x", "y"]}
+        doc["properties"]["c1"] = {"enum": ["u", "v"]}
+        doc["required"] += ["c0", "c1"]
+        doc["x-factorspec"]["relations"].append(
+            {"kind": "table", "fields": ["/c0", "/c1"], "rows": [["x", "u"], ["y", "v"]]})  # each value admissible
+        bf = BruteForce(doc)
+        if bf.count():
+            break
+    else:
+        pytest.skip("no satisfiable draw")
+    spec = fs.Spec.from_json(doc)
+    s = spec.session()
+    paths = list(spec.fields)
+    for p in paths:  # the root's records (witnesses the table component's values)
+        assert s.admissible(p) == bf.admissible(p, {})
+    assignment: dict[str, Any] = {}
+    for _ in range(6):
+        free = [p for p in paths if p not in assignment]
+        if len(free) < 2:
+            break
+        both = "/c0" in free and "/c1" in free and rnd.random() < 0.5  # the table's fields together, maybe a pair
+        pair = ["/c0", "/c1"] if both else rnd.sample(free, 2)  # no row has
+        trial = dict(assignment, **{p: rnd.choice(list(spec.fields[p].values)) for p in pair})
+        s.push()
+        for p in pair:
+            s.assign(p, trial[p])
+        sat = bf.count(trial) > 0
+        assert s.is_satisfiable() == sat, trial
+        for p in paths:
+            if p not in trial:
+                assert s.admissible(p) == bf.admissible(p, trial), (p, trial)
+        if sat:
+            assignment = trial  # keep it: the next states extend it
+        else:
+            s.pop()
+    assert calls  # the per-component decision ran
 
 
 def _same_answers(spec: Any, rnd: random.Random, steps: int) -> tuple[Any, Any]:

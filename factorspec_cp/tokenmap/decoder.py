@@ -61,7 +61,7 @@ import numpy as np
 
 from ..schema import jkey
 from .freeslot import StringSlot
-from .layout import FIELD, EnumSlot, Layout, State
+from .layout import FIELD, EnumSlot, Layout, State, same_domain
 from .strings import Closing, StringMasks
 from .stringtables import vocabulary_key
 from .vocab import Vocabulary
@@ -774,7 +774,9 @@ class Decoder:
         if choice is None or choice[0] not in self._fields or not self.session.wide(choice[0]):
             return None
         pointer, _, m, before, sub = choice
-        if len(m.domain) != self._fields[pointer].size:
+        # another domain at the pointer (a union branch), or a whole value that others extend (15 of 150, where every
+        # token could run past it): the walk
+        if not same_domain(m, self._fields[pointer].values) or not before and sub in m.by_render:
             return None
         if len(m.renders) > WIDE_TABLE_VALUES:  # BFCL's 11,323 dates: thousands of distinct prefixes, each table
             return None  # built on first use (up to 0.1 s at the opening quote): the walk (a few ms) is cheaper there
@@ -899,7 +901,7 @@ class Decoder:
             for sub in subs:
                 if time.perf_counter() > deadline:
                     return built
-                if (id(m), b"", sub) not in index.wide:
+                if sub not in m.by_render and (id(m), b"", sub) not in index.wide:
                     table = WideTable.build(index, m, b"", sub)
                     with index.lock:
                         _remember(index.wide, (id(m), b"", sub), table, 4096)

@@ -250,7 +250,9 @@ class _AskedSlot:
         if counts is False:
             counts = None
             settled = getattr(self.q, "settled", None)
-            mask = settled() if settled is not None and isinstance(self.m, EnumSlot) else None
+            values = getattr(self.q, "values", None)
+            mask = settled() if settled is not None and isinstance(self.m, EnumSlot) and values is not None and \
+                same_domain(self.m, values) else None
             if mask is not None:
                 ok = np.frombuffer(mask, dtype=np.uint8)[np.asarray(self.m.order, dtype=np.int64)]
                 counts = [0, *np.cumsum(ok, dtype=np.int64).tolist()]
@@ -333,6 +335,26 @@ class _AskedSlot:
         ks = [k for a, b in self.m.index_intervals(sub) for k in range(a, b + 1)]
         ok = self.q.among([[(k, k)] for k in ks]) if ks else []
         return [self.m.domain[k] for k, y in zip(ks, ok) if y]
+
+
+_SAME: OrderedDict[tuple[int, int], tuple[Any, Any, bool]] = OrderedDict()
+
+
+def same_domain(m: Any, values: Any) -> bool:
+    """Whether a slot's matcher lists exactly ``values`` in their order (same types: ``True`` is not ``1``): then a
+    session's mask over the field's domain indexes the matcher's domain. A union branch's matcher at a pointer may
+    have another domain of the same size; kept per (matcher, values), both held with the answer."""
+    key = (id(m), id(values))
+    hit = _SAME.get(key)
+    if hit is None or hit[0] is not m or hit[1] is not values:
+        dom = m.domain
+        ok = len(dom) == len(values) and all(a is b or (type(a) is type(b) and a == b) for a, b in zip(dom, values))
+        hit = (m, values, ok)
+        with _MATCHERS_LOCK:
+            _SAME[key] = hit
+            while len(_SAME) > 4096:
+                _SAME.popitem(last=False)
+    return hit[2]
 
 
 _MATCHERS: OrderedDict[tuple[Any, ...], EnumSlot] = OrderedDict()
