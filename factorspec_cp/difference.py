@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .checks import compiled
-from .encoders.base import weights, weights_memo
+from .encoders.base import affine, weights, weights_memo
 from .relations import Any_, Implies, Linear
 
 if TYPE_CHECKING:
@@ -272,27 +272,6 @@ def _compare(s: np.ndarray, op: str, rhs: int) -> np.ndarray:
     return {"<=": s <= rhs, "<": s < rhs, ">=": s >= rhs, ">": s > rhs, "==": s == rhs, "!=": s != rhs}[op]
 
 
-def _affine(col: Sequence[int], memo: dict[Any, Any]) -> tuple[int, int] | None:
-    """``(a, b)`` with ``col[k] == a + b * k`` for every ``k``, or ``None``; kept in the :func:`weights` memo by the
-    column's identity (columns are shared)."""
-    key = ("affine ab", id(col))
-    hit = memo.get(key)
-    if hit is not None and hit[0] is col:
-        return hit[1]
-    try:
-        arr = np.asarray(col, dtype=np.int64)
-    except (OverflowError, TypeError, ValueError):
-        arr = None
-    out = None
-    if arr is not None and arr.ndim == 1 and len(arr) and all(type(x) is int for x in col[:1]):
-        a = int(arr[0])
-        b = int(arr[1] - arr[0]) if len(arr) > 1 else 0
-        if (arr == a + b * np.arange(len(arr), dtype=np.int64)).all() and all(type(x) is int for x in col):
-            out = (a, b)
-    memo[key] = (col, out)  # the column is kept with its answer, so its id stays its own
-    return out
-
-
 def _edges(rel: Any, fields: Any, memo: dict[Any, Any], times: set[str], node: dict[str, int]) -> list[Edge] | None:
     """A linear relation of one or two time terms as difference edges (over value indices), or ``None``."""
     if type(rel) is not Linear or rel.op == "!=" or type(rel.rhs) is not int:
@@ -303,7 +282,7 @@ def _edges(rel: Any, fields: Any, memo: dict[Any, Any], times: set[str], node: d
     lin = {}
     const = 0
     for p, col in cols.items():
-        ab = _affine(col, memo)
+        ab = affine(col, memo)
         if ab is None:
             return None
         const += ab[0]

@@ -13,10 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from .checks import Check, compiled
-from .encoders.base import weights, weights_memo
+from .encoders.base import affine, weights, weights_memo
 from .relations import Compare, Implies, Linear, compare, is_path
 from .witnesses import Interval, Known
 
@@ -165,23 +163,6 @@ def _condition(rel: Any, fields: Any) -> tuple[set[str], Check] | None:
 _CONVEX_OPS = frozenset({"==", "<", "<=", ">", ">="})
 
 
-def _affine(seq: Sequence[Any], memo: dict[Any, Any]) -> bool:
-    """Whether ``seq`` (integers, not booleans) is an arithmetic progression: affine in the index. Kept in
-    ``memo`` by the sequence's identity (the columns of a declaration are shared, :func:`weights`)."""
-    if isinstance(seq, range):
-        return True
-    key = ("affine", id(seq))
-    hit = memo.get(key)
-    if hit is None or hit[0] is not seq:
-        ok = all(type(x) is int for x in seq)
-        if ok and len(seq) > 2:
-            arr = np.asarray(seq, dtype=object if max(map(abs, seq)) >= 1 << 62 else np.int64)
-            d = arr[1:] - arr[:-1]
-            ok = bool((d == d[0]).all())
-        hit = memo[key] = (seq, ok)  # the sequence is kept with its answer, so its id stays its own
-    return hit[1]
-
-
 def convex_shift(rel: Any, moved: set[str], fields: Any, memo: dict[Any, Any]) -> bool:
     """Whether, when the ``moved`` fields shift together by one delta of value indices and every other field
     stays, the deltas under which ``rel`` holds are one interval (given that it holds at delta 0: an implication
@@ -199,7 +180,7 @@ def convex_shift(rel: Any, moved: set[str], fields: Any, memo: dict[Any, Any]) -
         if rel.op not in _CONVEX_OPS:
             return False
         cols = weights(rel.terms, fields, memo)
-        return all(_affine(col, memo) for p, col in cols.items() if p in moved)
+        return all(affine(col, memo) is not None for p, col in cols.items() if p in moved)
     if kind is Compare:
         left, right = is_path(rel.left), is_path(rel.right)
         if left != right:
@@ -211,7 +192,7 @@ def convex_shift(rel: Any, moved: set[str], fields: Any, memo: dict[Any, Any]) -
             return runs <= 1
         if rel.op not in _CONVEX_OPS or not rel.numeric(fields):
             return False
-        return all(_affine(fields[p].values, memo) for p in (rel.left, rel.right) if p in moved)
+        return all(affine(fields[p].values, memo) is not None for p in (rel.left, rel.right) if p in moved)
     return False
 
 

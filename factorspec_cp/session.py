@@ -290,7 +290,6 @@ class Session:
                     up = up.parent
                 if up is None or not any(restrict(run, at) is not None for run in up.runs):
                     return None
-        out: bool | None = True
         for p in searched:
             t = time.perf_counter()
             ok = dm.satisfiable(p, fixed)
@@ -301,7 +300,7 @@ class Session:
             self.stats.difference += 1
             if not ok:
                 return False
-        return out
+        return True
 
     @staticmethod
     def _witnessed(st: State, path: str, k: int) -> bool:
@@ -326,17 +325,17 @@ class Session:
         """Make ``known`` complete with the exact search of ``path``'s difference component, where it has one and
         the search answers (:mod:`.difference`); ``st`` must be satisfiable. Returns whether it did."""
         dm = self._difference
-        if dm is None or known.complete:
+        if dm is None or known.complete or known.searched:
             return known.complete
+        known.searched = True  # once per field and state: a miss, or a search past its budget, is not asked again
         if dm.split:  # one component: the key is the state's own, whose knowledge is kept with it
             hit = self._parts.get(dm.part_key(path, st.fixed))
             if hit is not None:  # the same assignment of its component, elsewhere: the same admissible values
                 known.status[:] = hit
                 known.known, known.refuted = hit.count(1), hit.count(2)
                 return True
-        if dm.component(path) is None or known.searched:
+        if dm.component(path) is None:
             return False
-        known.searched = True  # past its budget once: not again for this field and state (the solver answers)
         t = time.perf_counter()
         res = dm.admissible(path, st.fixed)
         self.stats.difference_seconds += time.perf_counter() - t

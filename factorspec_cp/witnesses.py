@@ -77,7 +77,7 @@ class Known:
         self.probed = False  # whether a solve asked for any value not witnessed (see Session._among)
         self.bounded = False  # whether the least and greatest admissible values were asked
         self.narrowed = False  # whether the values a relation rules out on its own were refuted (Session._narrow)
-        self.searched = False  # whether a difference component's search was asked (Session._settle)
+        self.searched = False  # whether Session._settle looked (a component's kept knowledge, the search)
         self._mask: bytes | None = None
 
     @property

@@ -106,15 +106,22 @@ def declaration(seed: int, times: int = 2) -> dict[str, Any]:
             "x-factorspec": {"relations": relations}}
 
 
-@pytest.mark.parametrize("seed", range(30))
-def test_admissible_values_match_brute_force(seed: int) -> None:
-    for draw in range(10):  # the first satisfiable draw of this seed
-        doc = declaration(100 * seed + draw)
+def _satisfiable_draw(first: int, extend: Any = None) -> tuple[dict[str, Any], Any]:
+    """The first of ten draws from ``declaration(first + k)`` (changed by ``extend``) that brute force satisfies, with
+    its brute force; skips the test where none does."""
+    for draw in range(10):
+        doc = declaration(first + draw)
+        if extend is not None:
+            extend(doc)
         bf = BruteForce(doc)
         if bf.count():
-            break
-    else:
-        pytest.skip("no satisfiable draw")
+            return doc, bf
+    pytest.skip("no satisfiable draw")
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_admissible_values_match_brute_force(seed: int) -> None:
+    doc, bf = _satisfiable_draw(100 * seed)
     spec = fs.Spec.from_json(doc)
     model = DifferenceModel(spec, spec.active_instances)
     assert model.component("/t0") is not None and model.component("/t1") is not None
@@ -154,19 +161,15 @@ def test_any_assignment_with_another_component_matches_brute_force(seed: int, mo
         return out
 
     monkeypatch.setattr(session_module.Session, "_components_sat", counted)
-    rnd = random.Random(seed)
-    for draw in range(10):
-        doc = declaration(5000 + 100 * seed + draw)
+    def with_table(doc: dict[str, Any]) -> None:
         doc["properties"]["c0"] = {"enum": ["x", "y"]}
         doc["properties"]["c1"] = {"enum": ["u", "v"]}
         doc["required"] += ["c0", "c1"]
         doc["x-factorspec"]["relations"].append(
             {"kind": "table", "fields": ["/c0", "/c1"], "rows": [["x", "u"], ["y", "v"]]})  # each value admissible
-        bf = BruteForce(doc)
-        if bf.count():
-            break
-    else:
-        pytest.skip("no satisfiable draw")
+
+    rnd = random.Random(seed)
+    doc, bf = _satisfiable_draw(5000 + 100 * seed, with_table)
     spec = fs.Spec.from_json(doc)
     s = spec.session()
     paths = list(spec.fields)

@@ -6,6 +6,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from ..relations import Literal, Term, compare
 from ..schema import Field
 
@@ -71,6 +73,30 @@ def weights(terms: Sequence[Term], fields: Mapping[str, Field],
             out[t.path] = [a + b for a, b in zip(out[t.path], w)]
         else:
             out[t.path] = w
+    return out
+
+
+def affine(seq: Sequence[Any], memo: dict[Any, Any]) -> tuple[int, int] | None:
+    """``(a, b)`` with ``seq[k] == a + b * k`` for every ``k`` (integers, not booleans), or ``None``: a column or a
+    domain that maps value indices affinely. Kept in ``memo`` (a :func:`weights` memo) by the sequence's identity."""
+    key = ("affine", id(seq))
+    hit = memo.get(key)
+    if hit is not None and hit[0] is seq:
+        return hit[1]
+    out = None
+    if isinstance(seq, range):
+        out = (seq.start, seq.step) if seq else (0, 0)
+    elif all(type(x) is int for x in seq):
+        if len(seq) <= 1:
+            out = (seq[0] if seq else 0, 0)
+        else:
+            big = max(map(abs, seq)) >= 1 << 62
+            arr = np.asarray(seq, dtype=object if big else np.int64)
+            a, b = int(arr[0]), int(arr[1] - arr[0])
+            d = arr[1:] - arr[:-1]
+            if bool((d == b).all()):
+                out = (a, b)
+    memo[key] = (seq, out)  # the sequence is kept with its answer, so its id stays its own
     return out
 
 
