@@ -157,13 +157,21 @@ class DifferenceModel:
         root = self.part.get(path)
         return None if root is None or _core is None else self.components.get(root)
 
-    def part_key(self, path: str, fixed: Mapping[str, int]) -> tuple[Any, ...]:
+    def part_key(self, path: str, fixed: Mapping[str, int], memo: dict[Any, tuple[Any, ...]] | None = None
+                 ) -> tuple[Any, ...]:
         """The assigned fields of ``path``'s component (any component, not only difference ones), sorted: under two
         satisfiable assignments with the same key, ``path`` has the same admissible values (no relation crosses
-        components, so the rest of the assignment has a record whatever the component takes)."""
+        components, so the rest of the assignment has a record whatever the component takes). ``memo``: the
+        component's part of ``fixed`` per component, kept with ``fixed`` (a state's), as it is asked for every field of
+        the component."""
         part = self.part
         root = part.get(path)
-        return (path, *sorted((p, k) for p, k in fixed.items() if part.get(p) == root))
+        own = None if memo is None else memo.get(root)
+        if own is None:
+            own = tuple(sorted((p, k) for p, k in fixed.items() if part.get(p) == root))
+            if memo is not None:
+                memo[root] = own
+        return (path, own)
 
     # -- questions ---------------------------------------------------------------------------------------------------
     def admissible(self, path: str, fixed: Mapping[str, int]) -> tuple[list[Interval], int] | None:
@@ -176,7 +184,7 @@ class DifferenceModel:
         cand = self._candidates(comp, fixed)
         if cand is None:
             return None
-        grid, active, free, rows, depth = cand
+        grid, active, free, rows, depth = cand[:5]
         base = self._base(comp, fixed)
         common = (comp.n, base, comp.rel_alt, comp.alt_edge, comp.edges, active, len(grid), rows, len(free), depth)
         try:  # (a malformed model raises ValueError: a bug, not a fallback)
@@ -199,7 +207,7 @@ class DifferenceModel:
         cand = None if comp is None else self._candidates(comp, fixed)
         if cand is None:
             return None
-        grid, active, free, rows, depth = cand
+        grid, active, free, rows, depth = cand[:5]
         try:
             res, _ = _core.feasible(comp.n, self._base(comp, fixed), comp.rel_alt, comp.alt_edge, comp.edges, active,
                                     len(grid), rows, len(free), depth, bytes(4 * len(grid)), BUDGET)  # one group: all
@@ -226,6 +234,11 @@ class DifferenceModel:
         hit = comp._candidates.get(key)
         if hit is not None:
             return hit
+        for j, k in enumerate(key):  # a kept table with one of these fields free: its rows with the value (in order)
+            if k >= 0:
+                up = comp._candidates.get(key[:j] + (-1,) + key[j + 1:])
+                if up is not None:
+                    return self._keep(comp, key, self._restrict(comp, up, comp.candidates[j], k))
         free = [p for p in comp.candidates if p not in fixed]
         total = 1
         for p in free:
@@ -255,17 +268,35 @@ class DifferenceModel:
         truth = np.ones((len(grid), len(comp.literals) + 1), dtype=bool)  # each literal on each row
         for j, (p, ok) in enumerate(comp.literals, 1):
             truth[:, j] = ok[grid[:, col[p]]] if p in col else ok[fixed[p]]
-        active = truth[:, comp.rel_lits].all(axis=2)  # each relation's condition on each row
+        active = np.ascontiguousarray(truth[:, comp.rel_lits].all(axis=2), dtype=np.uint8)  # each relation's
+        return self._keep(comp, key, self._table(comp, grid, active, free))  # condition on each row
+
+    @staticmethod
+    def _table(comp: Component, grid: np.ndarray, active: np.ndarray, free: list[str]) -> tuple[Any, ...]:
+        col = {p: k for k, p in enumerate(free)}
         lit_depth = np.zeros(len(comp.literals) + 1, dtype=np.int32)
         for j, (p, _) in enumerate(comp.literals, 1):
             lit_depth[j] = col[p] + 1 if p in col else 0
         depth = lit_depth[comp.rel_lits].max(axis=1) if len(comp.relations) else np.zeros(0, dtype=np.int32)
-        hit = (grid, np.ascontiguousarray(active, dtype=np.uint8).tobytes(), free,
-               np.ascontiguousarray(grid, dtype=np.int32).tobytes(), np.ascontiguousarray(depth, np.int32).tobytes())
+        return (grid, active.tobytes(), free, np.ascontiguousarray(grid, dtype=np.int32).tobytes(),
+                np.ascontiguousarray(depth, np.int32).tobytes(), active)
+
+    @staticmethod
+    def _keep(comp: Component, key: tuple[int, ...], hit: tuple[Any, ...]) -> tuple[Any, ...]:
         if len(comp._candidates) > 4096:
             comp._candidates.clear()
         comp._candidates[key] = hit
         return hit
+
+    def _restrict(self, comp: Component, up: tuple[Any, ...], path: str, k: int) -> tuple[Any, ...]:
+        """The candidate table with ``path`` assigned ``k``, from the table with it free: the rows where its column is
+        ``k``, without that column. The side relations and the conditions read the same values on those rows, so
+        they keep their verdicts; lexicographic order is kept (a meshgrid and its filter cost 74 us, this 10)."""
+        grid, free, active = up[0], up[2], up[5]
+        j = free.index(path)
+        keep = grid[:, j] == k
+        return self._table(comp, np.delete(grid[keep], j, axis=1), np.ascontiguousarray(active[keep]),
+                           free[:j] + free[j + 1:])
 
 
 def _compare(s: np.ndarray, op: str, rhs: int) -> np.ndarray:

@@ -616,6 +616,16 @@ class _Compiler:
         return Leaf(f.pointer, f)
 
     def _enum(self, schema: dict[str, Any], pointer: str, where: str, conditional: bool) -> Leaf:
+        memo = self.__dict__.setdefault("_enums", {})  # per schema object: an array's items share one domain tuple
+        hit = memo.get(id(schema))
+        if hit is not None and hit[0] is schema:
+            return self._leaf(Field(pointer, hit[1], hit[2], conditional))
+        leaf = self._enum_leaf(schema, pointer, where, conditional)
+        f = leaf.field
+        memo[id(schema)] = (schema, f.values, f.kind)  # (the schema held: its id stays its own)
+        return leaf
+
+    def _enum_leaf(self, schema: dict[str, Any], pointer: str, where: str, conditional: bool) -> Leaf:
         self._check_keys(schema, {"type", "enum", "const"}, where)
         if "const" in schema and "enum" in schema:
             raise UnsupportedKeyword("const beside enum", pointer=where, hint="use one of them")

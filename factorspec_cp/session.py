@@ -219,6 +219,11 @@ class Session:
             st = self._states.get(key)
             if st is not None and st.sat is not None:
                 return st, st.fixed
+            if st is None:
+                st = self._certain_parent(list(self._indices.items()))
+                if st is not None:
+                    self._states[key] = st
+                    return st, st.fixed
             fixed = self._fixed()
         else:
             key = tuple(sorted(fixed.items()))
@@ -231,6 +236,21 @@ class Session:
             if w is not None:
                 self._add(st, w)
         return st, fixed
+
+    def _certain_parent(self, items: list[tuple[str, int]], depth: int = 8) -> State | None:
+        """The state of ``items`` less its last assignments, where each of those assigned the one admissible value of
+        its field there (a decoder writes a certain ``meet: true`` as it goes): every valid record extending that
+        state has those values, so it answers every question exactly as the longer assignment would, and its
+        knowledge is reused rather than derived and searched again. ``None`` where there is none."""
+        if not items or depth <= 0:
+            return None
+        p, k = items[-1]
+        parent = self._states.get(tuple(sorted(items[:-1])))
+        if parent is None:
+            parent = self._certain_parent(items[:-1], depth - 1)
+        if parent is None or not parent.sat:
+            return None
+        return parent if self._certain(parent, p, k) else None
 
     def _derive(self, fixed: dict[str, int]) -> State:
         """A new state, inheriting from the largest known assignment it extends, found among the prefixes of its
@@ -252,6 +272,11 @@ class Session:
             st = State(dict(fixed))
         else:
             extra = [(p, k) for p, k in items if p not in parent.fixed]
+            # the extra values the parent knows certain: implied by its assignment (see _certain_parent)
+            certain = [(p, k) for p, k in extra if self._certain(parent, p, k)] if parent.sat else []
+            if certain and len(certain) == len(extra):
+                return parent  # the same valid records: the same answers
+            rest = [e for e in extra if e not in certain] if certain else extra
             runs = [r for r in (restrict(run, [(self._pos[p], k) for p, k in extra]) for run in parent.runs)
                     if r is not None]
             st = State(dict(fixed), runs=runs, parent=parent)
@@ -259,10 +284,10 @@ class Session:
                 st.sat = True
             elif parent.sat is False or any(self._refuted(parent, p, k) for p, k in extra):
                 st.sat = False
-            elif len(extra) == 1 and self._witnessed(parent, *extra[0]):
+            elif len(rest) == 1 and self._witnessed(parent, *rest[0]):
                 st.sat = True  # the parent knows the value admissible: a valid record extends the assignment
             elif parent.sat and self._difference is not None:
-                st.sat = self._components_sat(parent, extra, st.fixed)
+                st.sat = self._components_sat(parent, rest, st.fixed)
         self._recent.append(st)
         return st
 
@@ -303,6 +328,12 @@ class Session:
         return True
 
     @staticmethod
+    def _certain(st: State, path: str, k: int) -> bool:
+        """Whether ``st`` knows ``k`` is the one admissible value of ``path`` (every valid record extending it has it)."""
+        known = st.known.get(path)
+        return known is not None and known.known == 1 and known.complete and known.status[k] == 1
+
+    @staticmethod
     def _witnessed(st: State, path: str, k: int) -> bool:
         known = st.known.get(path)
         return known is not None and known.status[k] == 1
@@ -329,7 +360,7 @@ class Session:
             return known.complete
         known.searched = True  # once per field and state: a miss, or a search past its budget, is not asked again
         if dm.split:  # one component: the key is the state's own, whose knowledge is kept with it
-            hit = self._parts.get(dm.part_key(path, st.fixed))
+            hit = self._parts.get(dm.part_key(path, st.fixed, st.parts))
             if hit is not None:  # the same assignment of its component, elsewhere: the same admissible values
                 known.status[:] = hit
                 known.known, known.refuted = hit.count(1), hit.count(2)
@@ -362,7 +393,9 @@ class Session:
         if self._difference is not None and self._difference.split and known.complete:
             if len(self._parts) > 65536:
                 self._parts.clear()
-            self._parts[self._difference.part_key(path, st.fixed)] = bytes(known.status)
+            key = self._difference.part_key(path, st.fixed, st.parts)
+            if key not in self._parts:
+                self._parts[key] = bytes(known.status)
 
     def _narrow(self, st: State, path: str, known: Known) -> None:
         """Refute, without a solve, the values of ``path`` that a relation rules out on its own under ``st``'s
