@@ -26,6 +26,7 @@ assignment the other components have their records whatever this one takes.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -58,6 +59,7 @@ MAX_SEARCH_BYTES = 64 << 20
 _BIG = 1 << 26  # weights are clamped into (-_BIG, _BIG): sums of three stay within int32 in the search
 
 Interval = tuple[int, int]
+_I32 = next(c for c in "ihl" if array(c).itemsize == 4)  # the array typecode of int32 (C's int, nearly everywhere)
 Edge = tuple[int, int, int]  # (u, v, w): x_v - x_u <= w, node 0 the zero
 
 
@@ -75,6 +77,7 @@ class Component:
     alt_edge: bytes = b""
     edges: bytes = b""
     bounds: list[Edge] = field(default_factory=list)
+    bounds_bytes: bytes = b""
     literals: list[tuple[str, np.ndarray]] = field(default_factory=list)
     rel_lits: Any = None
     _candidates: dict[tuple[Any, ...], Any] = field(default_factory=dict)
@@ -102,6 +105,7 @@ class Component:
         for p in self.times:
             i = self.node[p]
             self.bounds += [(0, i, self.sizes[p] - 1), (i, 0, 0)]  # 0 <= index <= size - 1
+        self.bounds_bytes = np.asarray(self.bounds, dtype=np.int32).reshape(-1, 3).tobytes()
 
     @property
     def n(self) -> int:
@@ -216,13 +220,14 @@ class DifferenceModel:
         return None if res is None else res[0] == b"\x01"
 
     def _base(self, comp: Component, fixed: Mapping[str, int]) -> bytes:
-        edges = list(comp.bounds)
+        """The bound edges, and two edges per assigned time field (``k <= x <= k``), as int32 triples."""
+        edges = array(_I32)
         for p in comp.times:
             k = fixed.get(p)
             if k is not None:
                 i = comp.node[p]
-                edges += [(0, i, k), (i, 0, -k)]
-        return np.asarray(edges, dtype=np.int32).tobytes()
+                edges.extend((0, i, k, i, 0, -k))
+        return comp.bounds_bytes + edges.tobytes()
 
     def _candidates(self, comp: Component, fixed: Mapping[str, int]) -> tuple[Any, ...] | None:
         """The completions of the free candidate fields that the side relations allow (rows of value indices, in

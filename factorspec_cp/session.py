@@ -13,6 +13,7 @@ rest together; the decoder asks it for the values under each next byte (:meth:`S
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -170,8 +171,12 @@ class Session:
             return
         self._assigned[path] = value
         if path in self._scope:
-            self._indices[path] = f.index(value)
-            self._fkey = None
+            k = self._indices[path] = f.index(value)
+            key = self._fkey  # the sorted key with one more item: a copy in C, not a sort (a decoder asks it per token)
+            if key is not None:
+                i = bisect_left(key, (path, k))
+                key = key[:i] + ((path, k),) + key[i:]
+            self._fkey = key
 
     def push(self) -> None:
         """Save the assignment; :meth:`pop` returns to it."""
@@ -264,7 +269,7 @@ class Session:
             if parent is not None:
                 break
         size = -1 if parent is None else len(parent.fixed)
-        for st in self._recent:
+        for st in self._recent if size < len(items) - 1 else ():  # (none is larger than one less)
             n = len(st.fixed)
             if size < n < len(items) and all(fixed.get(p) == k for p, k in st.fixed.items()):
                 parent, size = st, n

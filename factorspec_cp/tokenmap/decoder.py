@@ -51,7 +51,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from dataclasses import field as dc_field
@@ -61,7 +61,7 @@ import numpy as np
 
 from ..schema import jkey
 from .freeslot import StringSlot
-from .layout import FIELD, EnumSlot, Layout, State, same_domain
+from .layout import FIELD, EnumSlot, Layout, State, admissible_counts, same_domain
 from .strings import Closing, StringMasks
 from .stringtables import vocabulary_key
 from .vocab import Vocabulary
@@ -115,6 +115,10 @@ class TokenIndex:
         self.ids = np.array([i for _, i in pairs], dtype=np.int64)
         self.size = vocab.size
         self.lengths = np.array([len(t) for t in self.toks], dtype=np.int32)
+        self.longest = [0] * 256  # the longest token starting with each byte
+        for t in self.toks:
+            if len(t) > self.longest[t[0]]:
+                self.longest[t[0]] = len(t)
         self._next: dict[tuple[int, int, int], frozenset[int]] = {}
         by_bytes = {t: (i,) for t, i in reversed(pairs)}  # the ids of the content tokens spelling each byte string
         for k in range(1, len(pairs)):  # a spelling of several ids (rare): sorted by (bytes, id), they are neighbours
@@ -183,6 +187,8 @@ class TokenIndex:
 
     def crosses(self, text: bytes) -> bool:
         """Whether some token is longer than ``text`` and starts with it (could merge with what follows)."""
+        if text and len(text) >= self.longest[text[0]]:  # no token starting with its first byte is longer
+            return False
         a, b = self.span(text)
         return b - a > (1 if a < b and self.toks[a] == text else 0)
 
@@ -390,7 +396,6 @@ class _Compiled:
         self.plans: OrderedDict[Any, tuple[_Step, ...]] = OrderedDict()
         self.suffixes: OrderedDict[Any, bool] = OrderedDict()
         self.tails: OrderedDict[Any, bytes | None] = OrderedDict()  # _fixed_tail by a free string's place
-        self.counts: OrderedDict[Any, Any] = OrderedDict()  # Decoder._wide_row's admissible counts per set
         try:  # the layout is a function of the schema's text (property order included) and the style
             layout_key: Any = (json.dumps(spec.schema), indent)
         except (TypeError, ValueError):
@@ -529,27 +534,30 @@ class Decoder:
     def _key(self) -> tuple[tuple[str, int], ...]:
         return self.session.fixed_key()
 
-    def _informative(self, ctx: tuple[tuple[str, Any], ...]) -> list[tuple[str, Any]]:
+    def _informative(self, ctx: tuple[tuple[str, Any], ...], flt: Any = None) -> list[tuple[str, Any]]:
         """The values of ``ctx`` that tell the session something: a narrow field whose admissible set under the
-        current assignment is that one value already adds nothing (every valid record extending the assignment
-        has it), so assigning it changes no admissible set and needs no solve."""
+        current assignment (or under the filter ``flt``'s, which extends it) is that one value already adds nothing
+        (every valid record extending the assignment has it), so assigning it changes no admissible set and needs
+        no solve."""
         session, fields = self.session, self._fields
         out = []
         for p, v in ctx:
             if p not in fields:
                 continue
             if not session.wide(p):
-                vals = session.admissible(p)
+                vals = session.admissible(p) if flt is None else flt.answer(p)
                 if len(vals) == 1 and jkey(vals[0]) == jkey(v):
                     continue
             out.append((p, v))
         return out
 
-    def _admissible(self, ctx: tuple[tuple[str, Any], ...] = ()) -> Any:
-        """A layout filter: the session's admissible values, given the extra field values ``ctx``. A wide field
-        gives the session's questions about it instead of a list: the layout asks what each next byte needs."""
+    def _admissible(self, ctx: tuple[tuple[str, Any], ...] = (), extra: list[tuple[str, Any]] | None = None) -> Any:
+        """A layout filter: the session's admissible values, given the extra field values ``ctx`` (or, where the
+        caller has them, only its informative ones, ``extra``). A wide field gives the session's questions about it
+        instead of a list: the layout asks what each next byte needs."""
         session, fields = self.session, self._fields
-        extra = self._informative(ctx)
+        if extra is None:
+            extra = self._informative(ctx)
 
         def ask(p: str) -> Any:
             return session.questions(p) if session.wide(p) else session.admissible(p)
@@ -790,15 +798,7 @@ class Decoder:
             table = WideTable.build(index, m, before, sub)
             with index.lock:
                 _remember(index.wide, key, table, 4096)
-        ckey = (id(m), mask)  # the admissible count below each sorted position, per admissible set
-        counts = self._c.counts.get(ckey)
-        if counts is None or counts[0] is not m:
-            order = m.__dict__.get("_order_intp")
-            if order is None:
-                order = m._order_intp = np.asarray(m.order, dtype=np.intp)
-            ok = np.frombuffer(mask, dtype=np.uint8)[order]
-            counts = _remember(self._c.counts, ckey, (m, np.concatenate(([0], np.cumsum(ok, dtype=np.int64)))), 256)
-        counts = counts[1]
+        counts = admissible_counts(m, mask)[0]  # the admissible count below each sorted position
         keep = counts[table.hi] > counts[table.lo]
         out = np.zeros(self._c.words, dtype=np.uint32)
         np.bitwise_or.at(out, table.words[keep], table.bits[keep])
@@ -1015,7 +1015,8 @@ class Decoder:
         if plan:
             t0 = plan[0].token
             row[:] = 0
-            row[t0 >> 5] = np.int32(np.uint32(1 << (t0 & 31)).view(np.int32))
+            bit = 1 << (t0 & 31)
+            row[t0 >> 5] = bit - (1 << 32) if bit >> 31 else bit  # (as int32)
         else:
             row[:] = self._exact_row()
         self.stats.masks += 1
@@ -1077,8 +1078,9 @@ class Decoder:
         if self._free_choice(state):
             return ()  # inside a free string, two bytes that stay inside it: nothing is certain
         eos = self.vocab.eos_token_ids
-        # the forced bytes, each value completed on the way conditioning what follows it
-        ctx: tuple[Any, ...] = ()
+        # the forced bytes, each value completed on the way conditioning what follows it (those the filter in hand
+        # knows certain add nothing: it answers the same)
+        extra: list[tuple[str, Any]] = []
         f = self._admissible()
         out = bytearray()
         st = state
@@ -1108,9 +1110,10 @@ class Decoder:
             marks.append((len(out), 0, lambda k, st=st: st))
             if st.events:
                 events[len(out)] = st.events
-                ctx += st.events
-                if self._informative(st.events):  # else the filter in hand answers the same
-                    f = self._admissible(ctx)
+                new = self._informative(st.events, f)
+                if new:
+                    extra += new
+                    f = self._admissible(extra=list(extra))
         forced = bytes(out)
         end = layout.accepting(st, admissible=f) and not layout.some_next_bytes(st, 1, admissible=f)
         if not forced:
@@ -1129,13 +1132,16 @@ class Decoder:
         plan: list[_Step] = []
         at = 0
         data = forced[:cut]
+        where = sorted(events)  # the offsets where values complete
         for t in self.vocab.encode(text):
             tb = self.vocab.tokens[t]
             if tb is None or data[at:at + len(tb)] != tb:
                 break  # the canonical encoding does not spell the bytes token by token: stop here
             if not end and index.crosses(data[at:]):
                 break  # a longer token starting here could run into what follows
-            evs = tuple(e for k in range(at + 1, at + len(tb) + 1) for e in events.get(k, ()))
+            i = bisect_right(where, at)
+            evs = tuple(e for k in where[i:bisect_right(where, at + len(tb), i)] for e in events[k]) \
+                if i < len(where) and where[i] <= at + len(tb) else ()
             at += len(tb)
             plan.append(_Step(t, state_at(at), evs))
         if end and at == len(data) and eos:

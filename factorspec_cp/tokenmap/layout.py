@@ -254,8 +254,7 @@ class _AskedSlot:
             mask = settled() if settled is not None and isinstance(self.m, EnumSlot) and values is not None and \
                 same_domain(self.m, values) else None
             if mask is not None:
-                ok = np.frombuffer(mask, dtype=np.uint8)[np.asarray(self.m.order, dtype=np.int64)]
-                counts = [0, *np.cumsum(ok, dtype=np.int64).tolist()]
+                counts = admissible_counts(self.m, mask)[1]  # type: ignore[arg-type]
             self._counts = counts
         return counts  # type: ignore[return-value]
 
@@ -335,6 +334,29 @@ class _AskedSlot:
         ks = [k for a, b in self.m.index_intervals(sub) for k in range(a, b + 1)]
         ok = self.q.among([[(k, k)] for k in ks]) if ks else []
         return [self.m.domain[k] for k, y in zip(ks, ok) if y]
+
+
+_COUNTS: OrderedDict[tuple[int, bytes], tuple[Any, np.ndarray, list[int]]] = OrderedDict()
+
+
+def admissible_counts(m: EnumSlot, mask: bytes) -> tuple[np.ndarray, list[int]]:
+    """For a matcher's sorted renderings and a mask over its domain (1: admissible): the number of admissible values
+    among the first ``j`` renderings, for every ``j``, as an array (a decoder's wide rows gather it) and as a list (an
+    asked slot bisects it). Kept per (matcher, mask): both ask it for the same settled field."""
+    key = (id(m), mask)
+    hit = _COUNTS.get(key)
+    if hit is None or hit[0] is not m:
+        order = m.__dict__.get("_order_intp")
+        if order is None:
+            order = m._order_intp = np.asarray(m.order, dtype=np.intp)
+        arr = np.zeros(len(order) + 1, dtype=np.int64)
+        np.cumsum(np.frombuffer(mask, dtype=np.uint8)[order], out=arr[1:])
+        hit = (m, arr, arr.tolist())
+        with _MATCHERS_LOCK:
+            _COUNTS[key] = hit
+            while len(_COUNTS) > 256:
+                _COUNTS.popitem(last=False)
+    return hit[1], hit[2]
 
 
 _SAME: OrderedDict[tuple[int, int], tuple[Any, Any, bool]] = OrderedDict()
@@ -431,6 +453,12 @@ class _Filter:
         self.asking = asking  # the layout's asked slots per questions object, across calls
         self.asked: dict[str, Any] = {}
         self.memo: dict[tuple[str, int], EnumSlot | _AskedSlot | None] = {}
+
+    def answer(self, pointer: str) -> Any:
+        """What ``admissible`` says of ``pointer`` (asked once per filter)."""
+        if pointer not in self.asked:
+            self.asked[pointer] = self.fn(pointer)
+        return self.asked[pointer]
 
     def get(self, pointer: str, f: Field, matcher: Any) -> EnumSlot | _AskedSlot | None:
         key = (pointer, id(f))  # union branches share pointers, not domains
