@@ -499,6 +499,7 @@ class Decoder:
         self._fields = spec.fields
         self._frames = [_Frame(self.layout.start(), pushed=False)]
         self._redo: list[_Frame] = []  # frames a rollback undid, the next one last
+        self._filters: OrderedDict[Any, Any] = OrderedDict()  # the filter of each assignment (_admissible)
         self.stats = DecoderStats()
         self._eos = set(vocab.eos_token_ids)
 
@@ -557,7 +558,13 @@ class Decoder:
         instead of a list: the layout asks what each next byte needs."""
         session, fields = self.session, self._fields
         if extra is None:
-            extra = self._informative(ctx)
+            extra = self._informative(ctx) if ctx else []
+        key = None
+        if not extra:  # the session's own assignment: one filter per assignment, its answers kept while it holds
+            key = session.fixed_key()
+            hit = self._filters.get(key)
+            if hit is not None:
+                return hit
 
         def ask(p: str) -> Any:
             return session.questions(p) if session.wide(p) else session.admissible(p)
@@ -568,6 +575,8 @@ class Decoder:
             t = time.perf_counter()
             try:
                 if not extra:
+                    if session.fixed_key() != key:  # a caller kept the filter past an assignment: a bug, not an answer
+                        raise RuntimeError("a decoder filter was asked under another assignment than its own")
                     return ask(p)
                 session.push()
                 try:
@@ -579,7 +588,10 @@ class Decoder:
             finally:
                 self.stats.solver_seconds += time.perf_counter() - t
 
-        return self.layout.filter(fn)
+        flt = self.layout.filter(fn)
+        if key is not None:
+            _remember(self._filters, key, flt, 64)
+        return flt
 
     # -- masks --------------------------------------------------------------------------------------------------
     def _exact_ids(self, state: State) -> np.ndarray:
@@ -1095,7 +1107,7 @@ class Decoder:
                     out += data[:-1]
                     st = at(len(data) - 1)
                 nxt = data[-1:]
-            elif layout.accepting(st, admissible=f):
+            elif layout.accepting(st, admissible=f) or layout.branches(st, admissible=f):
                 break
             else:
                 nxt = layout.some_next_bytes(st, 2, admissible=f)  # type: ignore[assignment]

@@ -315,6 +315,22 @@ class _AskedSlot:
             n += 1
         return a[len(sub):n]
 
+    def branches(self, sub: bytes) -> bool:
+        """Where settled (:meth:`_settled`): whether two admissible values whose renderings start with ``sub``, both
+        longer, differ in the byte after it (so at least two next bytes are admissible: nothing is certain there)."""
+        counts = self._settled()
+        if counts is None:
+            return False
+        lo, hi = self.m._span(sub)  # type: ignore[union-attr]
+        below, upto = counts[lo], counts[hi]
+        if upto - below < 2:
+            return False
+        first = bisect_left(counts, below + 1, lo + 1, hi + 1) - 1
+        last = bisect_left(counts, upto, lo, hi + 1) - 1
+        renders, n = self.m.renders, len(sub)  # type: ignore[union-attr]
+        a, z = renders[first], renders[last]
+        return len(a) > n and len(z) > n and a[n] != z[n]
+
     def admits(self, sub: bytes) -> bool:
         k = self.m.index_of(sub)
         if k is None or not self.has_prefix(sub):
@@ -929,6 +945,19 @@ class Layout:
         if not rest:
             return None
         return rest, lambda k: State(frozenset({((pc, ctr, sub + rest[:k]), pending)}))
+
+    def branches(self, state: State, *, admissible: Admissible | _Filter | None = None) -> bool:
+        """Whether ``state`` is inside a settled wide field slot (one thread) where two admissible values part in
+        their next byte (:meth:`_AskedSlot.branches`): then no next byte is certain, which a planner learns here
+        without stepping the candidates (:meth:`some_next_bytes`). ``False`` elsewhere (not known)."""
+        if len(state.threads) != 1:
+            return False
+        ((pc, ctr, sub), _), = state.threads
+        ins = self._code[pc]
+        if ins[0] != FIELD:
+            return False
+        allowed = self._allowed(ins, ctr, self._flt(admissible))
+        return isinstance(allowed, _AskedSlot) and allowed.branches(sub)
 
     def value_choice(self, state: State) -> tuple[str, Field, EnumSlot, bytes, bytes] | None:
         """Where every record at ``state`` writes some fixed bytes (maybe none) and then the value of one finite
