@@ -883,12 +883,14 @@ def _encoding(spec: Spec, instances: Sequence[Instance], cache: bool) -> Any:
     if cache and list(instances) == spec.active_instances:
         hit = spec._encoded.get("sat")
         if isinstance(hit, EncodingTooLarge):
-            raise hit
+            raise EncodingTooLarge(*hit.args)  # a new one: raising the kept one would grow its traceback each time
         if hit is None:
             try:
                 hit = SatEncoding(spec, instances)
             except EncodingTooLarge as e:
-                spec._encoded["sat"] = e
+                # kept without its traceback, whose frames would hold the first session (and its decoder) for the
+                # declaration's life
+                spec._encoded["sat"] = EncodingTooLarge(*e.args)
                 raise
             spec._encoded["sat"] = hit
             compile_checks(spec, instances)

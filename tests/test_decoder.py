@@ -369,3 +369,38 @@ def test_prime_builds_the_choice_tables_a_walk_needs(vocab_name: str, monkeypatc
             dec.consume(tok)
             ref.consume(tok)
         assert calendar.check(probs[k], dec.record()) == []
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_nothing_the_declaration_keeps_holds_a_dropped_decoder_or_its_session(wide: bool) -> None:
+    """Dropped, a decoder is freed at once and its session by the cycle collector (a session and the questions it
+    hands out refer to each other), even while the declaration lives on in a server. Two things held them for the
+    declaration's life: the exception saying a declaration is too wide for SAT, kept with its traceback (whose
+    frames held the first session and decoder, and which grew by one session each time it was raised again), and
+    the layout's table of asked slots per questions object, whose values held their keys."""
+    import gc
+    import weakref
+
+    hi = 5000 if wide else 3  # 5000 values: past SAT's domain limit (the backend choice meets EncodingTooLarge),
+    spec = fs.Spec({"type": "object", "required": ["a", "b"], "properties": {  # and a wide field (asked slots)
+        "a": {"type": "integer", "minimum": 0, "maximum": hi},
+        "b": {"type": "integer", "minimum": 0, "maximum": hi}}}, [fs.Linear([[1, "/a"], [1, "/b"]], "==", 3)])
+    vocab = Vocabulary.smollm2()
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        decoders, sessions = [], []
+        for _ in range(3):
+            dec = spec.decoder(vocab)
+            dec.certain_run(4)
+            dec.allowed_tokens()
+            decoders.append(weakref.ref(dec))
+            sessions.append(weakref.ref(dec.session))
+            del dec
+        assert all(d() is None for d in decoders)
+        gc.collect()
+        assert all(s() is None for s in sessions)
+    finally:
+        if was:
+            gc.enable()

@@ -566,6 +566,8 @@ class Decoder:
             if hit is not None:
                 return hit
 
+        stats = self.stats  # (the filter is kept on the decoder: a closure over self would make a cycle of them)
+
         def ask(p: str) -> Any:
             return session.questions(p) if session.wide(p) else session.admissible(p)
 
@@ -586,7 +588,7 @@ class Decoder:
                 finally:
                     session.pop()
             finally:
-                self.stats.solver_seconds += time.perf_counter() - t
+                stats.solver_seconds += time.perf_counter() - t
 
         flt = self.layout.filter(fn)
         if key is not None:

@@ -237,7 +237,9 @@ class _AskedSlot:
     domain-index intervals under it. Answers are kept for the slot's life: one assignment of one session."""
 
     def __init__(self, matcher: EnumSlot | _RangeSlot, questions: Any):
-        self.m, self.q = matcher, questions
+        # a weak proxy: the layout keeps its slots per questions object in a weak-key table, and a value holding its
+        # key would keep the questions, and through them their session, for the layout's life
+        self.m, self.q = matcher, weakref.proxy(questions)
         self.prefix: dict[bytes, bool] = {}
         self.value: dict[int, bool] = {}
         self._counts: list[int] | None | bool = False  # False: not looked for yet
