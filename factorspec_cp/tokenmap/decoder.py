@@ -1195,15 +1195,17 @@ class Decoder:
         step = plan[0] if plan and token == plan[0].token else None
         rest = plan[1:] if step is not None else None
         if step is not None and step.state is not None:  # a planned token: its state is known
-            assigned = tuple((p, v) for p, v in step.events if p in self._fields)
-            self.session.push()
-            try:
-                for p, v in assigned:
-                    self.session.assign(p, v)
-            except BaseException:
-                self.session.pop()
-                raise
-            self._frames.append(_Frame(step.state, pushed=True, plan=rest or None, token=token, assigned=assigned))
+            assigned = tuple((p, v) for p, v in step.events if p in self._fields) if step.events else ()
+            if assigned:  # (a token that completes no value leaves the assignment as it is: nothing to save)
+                self.session.push()
+                try:
+                    for p, v in assigned:
+                        self.session.assign(p, v)
+                except BaseException:
+                    self.session.pop()
+                    raise
+            self._frames.append(_Frame(step.state, pushed=bool(assigned), plan=rest or None, token=token,
+                                       assigned=assigned))
             self.stats.consume_seconds += time.perf_counter() - t0
             return
         if token in self._eos and self.vocab.tokens[token] is None:
@@ -1224,7 +1226,7 @@ class Decoder:
                                            plan=rest or None, token=token))
                 self.stats.consume_seconds += time.perf_counter() - t0
                 return
-        self.session.push()
+        pushed = False  # the assignment is saved at the first value the token completes (most complete none)
         st: State | None = frame.state
         done: list[tuple[str, Any]] = []
         try:
@@ -1242,13 +1244,17 @@ class Decoder:
                 if st.events:
                     for p, v in st.events:
                         if p in self._fields:
+                            if not pushed:
+                                self.session.push()
+                                pushed = True
                             self.session.assign(p, v)
                             done.append((p, v))
                     f = self._admissible()  # the assignment changed: a new filter
         except BaseException:
-            self.session.pop()
+            if pushed:
+                self.session.pop()
             raise
-        self._frames.append(_Frame(st, pushed=True, plan=rest or None, token=token,  # type: ignore[arg-type]
+        self._frames.append(_Frame(st, pushed=pushed, plan=rest or None, token=token,  # type: ignore[arg-type]
                                    assigned=tuple(done)))
         self.stats.consume_seconds += time.perf_counter() - t0
 
