@@ -342,9 +342,11 @@ class WideTable:
     ids: np.ndarray  # the tokens that end inside a value
     lo: np.ndarray  # ... the span of sorted renderings each one is a prefix of
     hi: np.ndarray
-    words: np.ndarray  # ... as mask words and bits
+    words: np.ndarray  # ... as mask words and bits (sorted by word)
     bits: np.ndarray
     checks: tuple[tuple[int, int, bytes], ...]  # (sorted position of the rendering, token id, token bytes)
+    uwords: np.ndarray  # the distinct words, and where each one's run of tokens starts (a row ORs each run's bits)
+    starts: np.ndarray
 
     @classmethod
     def build(cls, index: TokenIndex, m: EnumSlot, before: bytes, sub: bytes) -> WideTable:
@@ -376,7 +378,19 @@ class WideTable:
                     checks.append((j, int(index.ids[i]), index.toks[i]))
         arr = np.array(ids, dtype=np.int64)
         words, bits = _word_bits(arr)
-        return cls(m, arr, np.array(los, dtype=np.intp), np.array(his, dtype=np.intp), words, bits, tuple(checks))
+        order = np.argsort(words, kind="stable")
+        words, bits = words[order], bits[order]
+        uwords, starts = np.unique(words, return_index=True)
+        return cls(m, arr[order], np.array(los, dtype=np.intp)[order], np.array(his, dtype=np.intp)[order], words,
+                   bits, tuple(checks), uwords, starts.astype(np.intp))
+
+    def row(self, counts: np.ndarray, words: int) -> np.ndarray:
+        """The packed row (uint32) of the tokens ending inside an admissible value, given the admissible counts."""
+        out = np.zeros(words, dtype=np.uint32)
+        if len(self.ids):  # distinct tokens' bits in a word: OR-ing each word's run (in C) instead of a ufunc.at
+            keep = counts.take(self.hi) > counts.take(self.lo)
+            out[self.uwords] = np.bitwise_or.reduceat(self.bits * keep, self.starts)
+        return out
 
 
 # ------------------------------------------------------------------------------------------------------ compiled
@@ -813,9 +827,7 @@ class Decoder:
             with index.lock:
                 _remember(index.wide, key, table, 4096)
         counts = admissible_counts(m, mask)[0]  # the admissible count below each sorted position
-        keep = counts[table.hi] > counts[table.lo]
-        out = np.zeros(self._c.words, dtype=np.uint32)
-        np.bitwise_or.at(out, table.words[keep], table.bits[keep])
+        out = table.row(counts, self._c.words)
         extra: list[int] = []
         f = None
         for j, tid, data in table.checks:  # tokens running past a value: checked under the solver
