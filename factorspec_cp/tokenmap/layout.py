@@ -354,6 +354,7 @@ class _AskedSlot:
         return [self.m.domain[k] for k, y in zip(ks, ok) if y]
 
 
+_MISS = object()
 _COUNTS: OrderedDict[tuple[int, bytes], tuple[Any, np.ndarray, list[int]]] = OrderedDict()
 
 
@@ -471,6 +472,7 @@ class _Filter:
         self.asking = asking  # the layout's asked slots per questions object, across calls
         self.asked: dict[str, Any] = {}
         self.memo: dict[tuple[str, int], EnumSlot | _AskedSlot | None] = {}
+        self.by_ins: dict[tuple[int, tuple[int, ...]], EnumSlot | _AskedSlot | None] = {}  # Layout._allowed's
 
     def answer(self, pointer: str) -> Any:
         """What ``admissible`` says of ``pointer`` (asked once per filter)."""
@@ -772,7 +774,11 @@ class Layout:
     def _allowed(self, ins: list[Any], ctr: tuple[int, ...], flt: _Filter | None) -> EnumSlot | _AskedSlot | None:
         if flt is None or ins[0] != FIELD:
             return None
-        return flt.get(self._pointer(ins[1], ctr), ins[3], ins[2])
+        key = (id(ins), ctr)  # (the layout's instructions live as long as it: their ids are theirs)
+        hit = flt.by_ins.get(key, _MISS)
+        if hit is _MISS:  # the slot's pointer and the filter's answer for it, once per filter
+            hit = flt.by_ins[key] = flt.get(self._pointer(ins[1], ctr), ins[3], ins[2])
+        return hit
 
     def _enter(self, pc: int, ctr: tuple[int, ...], flt: _Filter | None) -> list[tuple[Core, tuple[Event, ...]]]:
         return [(core, ()) for core in self._closure(pc, ctr) if self._may_enter(core, flt)]
