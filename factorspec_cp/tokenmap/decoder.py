@@ -747,30 +747,34 @@ class Decoder:
         frame = self._frames[-1]
         if frame.terminated:
             return np.zeros(self._c.words, dtype=np.int32)
-        fs = self.layout.free_string(frame.state)
+        return self._row_at(frame.state)
+
+    def _row_at(self, state: State) -> np.ndarray:
+        """The exact row at ``state`` under the session's assignment (kept per both)."""
+        fs = self.layout.free_string(state)
         if fs is not None:  # inside a free string: a lookup in its token tables (what _exact_ids would find there)
-            return self._c.string_masks(fs[0]).row(fs[1], *self._string_closing(frame.state, (), self._admissible))
-        key = (frame.state, self._key())
+            return self._c.string_masks(fs[0]).row(fs[1], *self._string_closing(state, (), self._admissible))
+        key = (state, self._key())
         row = self._c.masks.get(key)
         if row is not None:
             self._c.masks.move_to_end(key)
             self.stats.mask_hits += 1
             return row
-        row = self._choice_row(frame.state)
+        row = self._choice_row(state)
         if row is None and WIDE_TABLES:
-            row = self._wide_row(frame.state)
+            row = self._wide_row(state)
         if row is not None:
             return _remember(self._c.masks, key, row, 2048)
-        opening = self._opening(frame.state)
+        opening = self._opening(state)
         if opening is not None:  # fixed bytes, a free string, fixed bytes to the end: the same row everywhere
             tables, okey = opening
             row = tables.opening_rows.get(okey)
             if row is None:
-                row = _pack(self._exact_ids(frame.state), self.vocab.size)
+                row = _pack(self._exact_ids(state), self.vocab.size)
                 with tables.lock:
                     _remember(tables.opening_rows, okey, row, 256)
             return _remember(self._c.masks, key, row, 2048)
-        row = _pack(self._exact_ids(frame.state), self.vocab.size)
+        row = _pack(self._exact_ids(state), self.vocab.size)
         return _remember(self._c.masks, key, row, 2048)
 
     def _choice_row(self, state: State) -> np.ndarray | None:
@@ -1074,19 +1078,21 @@ class Decoder:
         return frame.plan
 
     def _row_after(self, plan: tuple[_Step, ...]) -> None:
-        """Compute and keep the mask row where ``plan`` ends, the model's next choice: its tokens are taken and
-        undone, so taking them again restores their frames and the row is a cache hit then. Run with the plan, before
-        the verify step whose logits that choice is sampled from (off the path between the forward pass and the
-        sampler; a constraint worker publishes this row with the draft). With no plan: the row here. What was
-        taken is undone even where the row fails."""
-        taken = 0
+        """Compute and keep the mask row where ``plan`` ends, the model's next choice, under the assignment its
+        values complete (assigned for the while, not its tokens taken: a row is kept per state and assignment, so
+        taking the tokens later finds it). Run with the plan, before the verify step whose logits that choice is
+        sampled from (off the path between the forward pass and the sampler; a constraint worker publishes this row
+        with the draft). The assignment is restored even where the row fails."""
+        session, fields = self.session, self._fields
+        session.push()
         try:
             for step in plan:
-                self.consume(step.token)
-                taken += 1
-            self._exact_row()
+                for p, v in step.events:
+                    if p in fields:
+                        session.assign(p, v)
+            self._row_at(plan[-1].state)  # type: ignore[arg-type]
         finally:
-            self.rollback(taken)
+            session.pop()
 
     def _free_choice(self, state: State) -> bool:
         """Whether ``state`` is inside a free string with two next bytes that stay inside it (nothing certain)."""
