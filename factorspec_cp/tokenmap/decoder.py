@@ -760,9 +760,10 @@ class Decoder:
             self._c.masks.move_to_end(key)
             self.stats.mask_hits += 1
             return row
-        row = self._choice_row(state)
+        choice = self.layout.value_choice(state) if state not in self._c.choices else _NONE  # (asked once)
+        row = self._choice_row(state, choice)
         if row is None and WIDE_TABLES:
-            row = self._wide_row(state)
+            row = self._wide_row(state, choice)
         if row is not None:
             return _remember(self._c.masks, key, row, 2048)
         opening = self._opening(state)
@@ -777,11 +778,11 @@ class Decoder:
         row = _pack(self._exact_ids(state), self.vocab.size)
         return _remember(self._c.masks, key, row, 2048)
 
-    def _choice_row(self, state: State) -> np.ndarray | None:
+    def _choice_row(self, state: State, choice: Any = _NONE) -> np.ndarray | None:
         """The mask row at ``state`` from its :class:`ChoiceTable` (the union of the admissible values' tokens, and
         the tokens running into what follows checked under the solver), or ``None`` where no table applies (a wide
         field, asked piecewise, goes to the walk)."""
-        table = self._choice_table(state)
+        table = self._choice_table(state, choice)
         if table is None or table.pointer in self._fields and self.session.wide(table.pointer):
             return None
         # the session's admissible set, as a mask over the field's domain: cached with the solver state, and the
@@ -807,10 +808,11 @@ class Decoder:
             np.bitwise_or.at(row.view(np.uint32), *_word_bits(ids))
         return row
 
-    def _wide_row(self, state: State) -> np.ndarray | None:
+    def _wide_row(self, state: State, choice: Any = _NONE) -> np.ndarray | None:
         """The mask row at ``state`` from its :class:`WideTable`, where ``state`` is before or inside a wide field
         slot whose admissible values the session has settled; ``None`` elsewhere (the walk of the token index)."""
-        choice = self.layout.value_choice(state)
+        if choice is _NONE:
+            choice = self.layout.value_choice(state)
         if choice is None or choice[0] not in self._fields or not self.session.wide(choice[0]):
             return None
         pointer, _, m, before, sub = choice
