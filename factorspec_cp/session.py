@@ -334,7 +334,8 @@ class Session:
 
     @staticmethod
     def _certain(st: State, path: str, k: int) -> bool:
-        """Whether ``st`` knows ``k`` is the one admissible value of ``path`` (every valid record extending it has it)."""
+        """Whether ``st`` knows ``k`` is the one admissible value of ``path`` (every valid record extending it has
+        it)."""
         known = st.known.get(path)
         return known is not None and known.known == 1 and known.complete and known.status[k] == 1
 

@@ -25,9 +25,9 @@ from typing import Any
 from .errors import VocabularyError
 from .readers import gguf_parts, read_gguf_tokenizer, tokenizer_parts
 
-_ENCODED_LOCK = threading.Lock()  # the encodings kept per vocabulary (Vocabulary.encode), shared by threads
-
 __all__ = ["Vocabulary", "VocabularyError"]
+
+_ENCODED_LOCK = threading.Lock()  # the encodings kept per vocabulary (Vocabulary.encode), shared by threads
 
 
 class Vocabulary:
