@@ -1080,21 +1080,20 @@ class Decoder:
         return frame.plan
 
     def _row_after(self, plan: tuple[_Step, ...]) -> None:
-        """Compute and keep the mask row where ``plan`` ends, the model's next choice, under the assignment its
-        values complete (assigned for the while, not its tokens taken: a row is kept per state and assignment, so
-        taking the tokens later finds it). Run with the plan, before the verify step whose logits that choice is
-        sampled from (off the path between the forward pass and the sampler; a constraint worker publishes this row
-        with the draft). The assignment is restored even where the row fails."""
-        session, fields = self.session, self._fields
-        session.push()
+        """Compute and keep the mask row where ``plan`` ends, the model's next choice: its tokens are taken and
+        undone, so taking them again restores their frames and the row is a cache hit then. Run with the plan, before
+        the verify step whose logits that choice is sampled from (off the path between the forward pass and the
+        sampler; a constraint worker publishes this row with the draft). With no plan: the row here. What was
+        taken is undone even where the row fails. (Assigning the plan's values for the while instead, without
+        taking its tokens, measured 15% more CPU per token on trip with a free note, for no gain on meeting.)"""
+        taken = 0
         try:
             for step in plan:
-                for p, v in step.events:
-                    if p in fields:
-                        session.assign(p, v)
-            self._row_at(plan[-1].state)  # type: ignore[arg-type]
+                self.consume(step.token)
+                taken += 1
+            self._exact_row()
         finally:
-            session.pop()
+            self.rollback(taken)
 
     def _free_choice(self, state: State) -> bool:
         """Whether ``state`` is inside a free string with two next bytes that stay inside it (nothing certain)."""
