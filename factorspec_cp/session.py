@@ -224,11 +224,6 @@ class Session:
             st = self._states.get(key)
             if st is not None and st.sat is not None:
                 return st, st.fixed
-            if st is None:
-                st = self._certain_parent(list(self._indices.items()))
-                if st is not None:
-                    self._states[key] = st
-                    return st, st.fixed
             fixed = self._fixed()
         else:
             key = tuple(sorted(fixed.items()))
@@ -241,21 +236,6 @@ class Session:
             if w is not None:
                 self._add(st, w)
         return st, fixed
-
-    def _certain_parent(self, items: list[tuple[str, int]], depth: int = 8) -> State | None:
-        """The state of ``items`` less its last assignments, where each of those assigned the one admissible value of
-        its field there (a decoder writes a certain ``meet: true`` as it goes): every valid record extending that
-        state has those values, so it answers every question exactly as the longer assignment would, and its
-        knowledge is reused rather than derived and searched again. ``None`` where there is none."""
-        if not items or depth <= 0:
-            return None
-        p, k = items[-1]
-        parent = self._states.get(tuple(sorted(items[:-1])))
-        if parent is None:
-            parent = self._certain_parent(items[:-1], depth - 1)
-        if parent is None or not parent.sat:
-            return None
-        return parent if self._certain(parent, p, k) else None
 
     def _derive(self, fixed: dict[str, int]) -> State:
         """A new state, inheriting from the largest known assignment it extends, found among the prefixes of its
@@ -277,10 +257,11 @@ class Session:
             st = State(dict(fixed))
         else:
             extra = [(p, k) for p, k in items if p not in parent.fixed]
-            # the extra values the parent knows certain: implied by its assignment (see _certain_parent)
+            # the extra values the parent knows certain (a decoder writes a certain `meet: true` as it goes): every
+            # valid record extending the parent has them, so they add nothing
             certain = [(p, k) for p, k in extra if self._certain(parent, p, k)] if parent.sat else []
             if certain and len(certain) == len(extra):
-                return parent  # the same valid records: the same answers
+                return parent  # the same valid records: the same answers, its knowledge reused, nothing searched
             rest = [e for e in extra if e not in certain] if certain else extra
             runs = [r for r in (restrict(run, [(self._pos[p], k) for p, k in extra]) for run in parent.runs)
                     if r is not None]

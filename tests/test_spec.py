@@ -252,7 +252,7 @@ def test_session_repr_html_and_push_pop() -> None:
 @pytest.mark.parametrize("seed", range(16))
 def test_a_certain_value_assigned_keeps_its_state_and_the_answers_stay_exact(seed: int) -> None:
     """Assigning a field the one value it admits changes no admissible set: the session answers from the state it
-    had (``Session._certain_parent``). Checked against every record enumerated, at every step of a random
+    had (``Session._derive`` returns it). Checked against every record enumerated, at every step of a random
     assignment order that, like a decoder, writes a certain field first where there is one; and the state must be
     the same object where the value was certain (so the shortcut is exercised, not bypassed)."""
     import itertools
