@@ -747,10 +747,7 @@ class Decoder:
         frame = self._frames[-1]
         if frame.terminated:
             return np.zeros(self._c.words, dtype=np.int32)
-        return self._row_at(frame.state)
-
-    def _row_at(self, state: State) -> np.ndarray:
-        """The exact row at ``state`` under the session's assignment (kept per both)."""
+        state = frame.state
         fs = self.layout.free_string(state)
         if fs is not None:  # inside a free string: a lookup in its token tables (what _exact_ids would find there)
             return self._c.string_masks(fs[0]).row(fs[1], *self._string_closing(state, (), self._admissible))

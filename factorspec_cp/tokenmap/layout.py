@@ -301,6 +301,27 @@ class _AskedSlot:
         with ``sub`` writes next (the longest common prefix of the first and last of them in sorted order, less
         ``sub``); ``None`` where not settled or nothing admissible starts so. No proper prefix of those bytes completes
         an admissible value: it would sort first and be shorter than the common prefix."""
+        ends = self._ends(sub)
+        if ends is None:
+            return None
+        a, z = ends
+        n = len(sub)
+        while n < len(a) and n < len(z) and a[n] == z[n]:
+            n += 1
+        return a[len(sub):n]
+
+    def branches(self, sub: bytes) -> bool:
+        """Where settled (:meth:`_settled`): whether two admissible values whose renderings start with ``sub``, both
+        longer, differ in the byte after it (so at least two next bytes are admissible: nothing is certain there)."""
+        ends = self._ends(sub)
+        if ends is None:
+            return False
+        (a, z), n = ends, len(sub)
+        return len(a) > n and len(z) > n and a[n] != z[n]
+
+    def _ends(self, sub: bytes) -> tuple[bytes, bytes] | None:
+        """Where settled: the first and last admissible renderings (sorted) that start with ``sub``; ``None`` where
+        not settled or none does."""
         counts = self._settled()
         if counts is None:
             return None
@@ -311,27 +332,7 @@ class _AskedSlot:
         first = bisect_left(counts, below + 1, lo + 1, hi + 1) - 1  # the first and last admissible positions
         last = bisect_left(counts, upto, lo, hi + 1) - 1
         renders = self.m.renders  # type: ignore[union-attr]
-        a, z = renders[first], renders[last]
-        n = len(sub)
-        while n < len(a) and n < len(z) and a[n] == z[n]:
-            n += 1
-        return a[len(sub):n]
-
-    def branches(self, sub: bytes) -> bool:
-        """Where settled (:meth:`_settled`): whether two admissible values whose renderings start with ``sub``, both
-        longer, differ in the byte after it (so at least two next bytes are admissible: nothing is certain there)."""
-        counts = self._settled()
-        if counts is None:
-            return False
-        lo, hi = self.m._span(sub)  # type: ignore[union-attr]
-        below, upto = counts[lo], counts[hi]
-        if upto - below < 2:
-            return False
-        first = bisect_left(counts, below + 1, lo + 1, hi + 1) - 1
-        last = bisect_left(counts, upto, lo, hi + 1) - 1
-        renders, n = self.m.renders, len(sub)  # type: ignore[union-attr]
-        a, z = renders[first], renders[last]
-        return len(a) > n and len(z) > n and a[n] != z[n]
+        return renders[first], renders[last]
 
     def admits(self, sub: bytes) -> bool:
         k = self.m.index_of(sub)
@@ -483,9 +484,7 @@ class _Filter:
     def get(self, pointer: str, f: Field, matcher: Any) -> EnumSlot | _AskedSlot | None:
         key = (pointer, id(f))  # union branches share pointers, not domains
         if key not in self.memo:
-            if pointer not in self.asked:
-                self.asked[pointer] = self.fn(pointer)
-            vals = self.asked[pointer]
+            vals = self.answer(pointer)
             if vals is None:
                 self.memo[key] = None
             elif hasattr(vals, "among"):
