@@ -388,6 +388,8 @@ class _Compiler:
         self.free: dict[str, FreeField] = {}
         self.nodes: dict[str, Node] = {}
         self._ref_stack: list[int] = []  # the targets of the $refs being compiled, one inside another (by id)
+        # each enum schema object's domain (held with it, so its id stays its own): an array's items share one tuple
+        self._enums: dict[int, tuple[dict[str, Any], tuple[Any, ...], str]] = {}
         self._nodes_made = 0
         self.unique: list[tuple[str, list[str]]] = []
         self._any_depth = 0  # untyped schemas (any value) being compiled, one inside another
@@ -616,13 +618,12 @@ class _Compiler:
         return Leaf(f.pointer, f)
 
     def _enum(self, schema: dict[str, Any], pointer: str, where: str, conditional: bool) -> Leaf:
-        memo = self.__dict__.setdefault("_enums", {})  # per schema object: an array's items share one domain tuple
-        hit = memo.get(id(schema))
+        hit = self._enums.get(id(schema))
         if hit is not None and hit[0] is schema:
             return self._leaf(Field(pointer, hit[1], hit[2], conditional))
         leaf = self._enum_leaf(schema, pointer, where, conditional)
         f = leaf.field
-        memo[id(schema)] = (schema, f.values, f.kind)  # (the schema held: its id stays its own)
+        self._enums[id(schema)] = (schema, f.values, f.kind)  # type: ignore[arg-type]
         return leaf
 
     def _enum_leaf(self, schema: dict[str, Any], pointer: str, where: str, conditional: bool) -> Leaf:

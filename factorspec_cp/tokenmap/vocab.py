@@ -62,6 +62,7 @@ class Vocabulary:
                 raise VocabularyError(f"special or eos id {i} is outside the vocabulary (size {len(self._tokens)})")
         self._encoder_factory = encoder
         self._encoder: Any = None
+        self._encoded: OrderedDict[str, tuple[int, ...]] = OrderedDict()  # encode's short texts (fixed syntax recurs)
         # how to build this vocabulary again in another process (its encoder is a closure): (fn, args, kwargs)
         self._recipe: tuple[Callable[..., Vocabulary], tuple[Any, ...], dict[str, Any]] | None = None
 
@@ -109,9 +110,7 @@ class Vocabulary:
         No normalization is applied, so ``decode(encode(text)) == text.encode()`` always holds (Qwen's tokenizer
         NFC-normalizes first; on NFC text the ids are the same).
         """
-        memo = self.__dict__.get("_encoded")
-        if memo is None:
-            memo = self.__dict__.setdefault("_encoded", OrderedDict())
+        memo = self._encoded
         hit = memo.get(text)
         if hit is not None:  # (a certain run's fixed syntax recurs: one tokenizer call costs 25-30 us)
             return list(hit)
