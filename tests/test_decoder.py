@@ -404,3 +404,19 @@ def test_nothing_the_declaration_keeps_holds_a_dropped_decoder_or_its_session(wi
     finally:
         if was:
             gc.enable()
+
+
+def test_a_kept_filter_asked_under_another_assignment_raises() -> None:
+    """A decoder keeps one layout filter per assignment; asked after the assignment changed, it would answer for the
+    old one, so it raises instead."""
+    spec = fs.Spec({"type": "object", "required": ["a", "b"], "properties": {
+        "a": {"type": "integer", "minimum": 0, "maximum": 3},
+        "b": {"type": "integer", "minimum": 0, "maximum": 3}}}, [fs.Linear([[1, "/a"], [1, "/b"]], "==", 3)])
+    dec = spec.decoder(Vocabulary.smollm2())
+    flt = dec._admissible()
+    assert dec._admissible() is flt  # kept for the assignment
+    assert flt.answer("/a") == [0, 1, 2, 3]
+    dec.session.assign("/a", 1)
+    with pytest.raises(RuntimeError, match="another assignment"):
+        flt.answer("/b")
+    assert dec._admissible() is not flt and dec._admissible().answer("/b") == [2]
