@@ -375,3 +375,42 @@ def test_wide_table_rows_equal_the_walk_of_the_token_index(name: str) -> None:
             dec.consume(int(rnd.choice(ids.tolist())))
         assert dec.record()
     assert compared > 20
+
+
+@pytest.mark.parametrize("name", ["qwen3", "llama3", "smollm2"])
+def test_wide_tables_built_together_equal_those_built_one_by_one(name: str) -> None:
+    """WideTable.build_many (what prime runs, every branch prefix of a matcher at once, cut from shared arrays)
+    against WideTable.build per prefix, array for array, on a meeting time domain and on a small integer-like domain
+    where renderings are prefixes of others; and the branch prefixes against their definition, asked of the
+    matcher's own next bytes."""
+    import numpy as np
+
+    from factorspec_cp.bench.walks import VOCABS
+    from factorspec_cp.tokenmap.decoder import TokenIndex, WideTable, branch_prefixes
+    from factorspec_cp.tokenmap.layout import FIELD, EnumSlot
+    index = TokenIndex.of(VOCABS[name]())
+    layout = _meeting(1).decoder(VOCABS[name](), mode="canonical").layout
+    times = next(ins[2] for ins in layout._code if ins[0] == FIELD and type(ins[2]) is EnumSlot
+                 and len(ins[2].domain) > 100)
+    numbers = EnumSlot([1, 10, 100, 12, 2, 25, 250, 3, 31, 4, 400, 45, 5])
+    for m in (times, numbers):
+        want = sorted({r[:k] for r in m.renders for k in range(len(r))
+                       if any(len(m.next_bytes(r[:j])) > 1 for j in range(k, min(len(r), k + 3)))},
+                      key=lambda p: (len(p), p))
+        subs = branch_prefixes(m)
+        assert subs == want and subs
+        subs = subs + [r for r in m.renders[:3] if r not in subs]  # whole renderings too (a number others extend)
+        together = WideTable.build_many(index, m, subs)
+        assert list(together) == subs
+        pairs = [(b"", sub, together[sub]) for sub in subs]
+        for before in (b" ", b'": ', b': "'[:2], b"\n"):  # bytes before the value (a planner's stop in the literal)
+            pairs += [(before, sub, t) for sub, t in WideTable.build_many(index, m, [b"", subs[1]], before).items()]
+        for before, sub, many in pairs:
+            one = WideTable.build(index, m, before, sub)
+            for f in ("ids", "lo", "hi", "words", "bits", "uwords", "starts"):
+                a, b = getattr(one, f), getattr(many, f)
+                assert a.dtype == b.dtype and np.array_equal(a, b), (m.renders[0], before, sub, f)
+            assert one.checks == many.checks, (before, sub)
+        assert any(len(t.ids) for _, _, t in pairs) and any(b and len(t.ids) for b, _, t in pairs)
+    with pytest.raises(ValueError):
+        WideTable.build_many(index, numbers, [b"7"])

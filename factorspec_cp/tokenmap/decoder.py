@@ -61,12 +61,14 @@ import numpy as np
 
 from ..schema import jkey
 from .freeslot import StringSlot
-from .layout import FIELD, EnumSlot, Layout, State, admissible_counts, same_domain
+from .layout import FIELD, JMP, LIT, EnumSlot, Layout, State, admissible_counts, same_domain
 from .strings import Closing, StringMasks
 from .stringtables import vocabulary_key
 from .vocab import Vocabulary
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from ..session import Session
     from ..spec import Spec
 
@@ -207,9 +209,8 @@ PRIME_ROWS_SECONDS = 0.005
 ROW_AHEAD = True
 #: masks in a settled wide field slot come from its :class:`WideTable` (else: the walk of the token index)
 WIDE_TABLES = True
-#: what :meth:`Decoder.prime` spends at most, once per wide matcher and vocabulary, building wide tables ahead,
-#: for domains of at most this many values (a day of minutes: 900; BFCL's 11,323 dates are left to first use)
-PRIME_WIDE_SECONDS = 0.05
+#: :meth:`Decoder.prime` builds wide tables ahead, once per wide matcher and vocabulary, for domains of at most this
+#: many values (a day of minutes: 900; BFCL's 11,323 dates are left to first use)
 PRIME_WIDE_VALUES = 2048
 #: the largest domain whose masks come from :class:`WideTable` s (built ahead by prime: a day of minutes, 900; above,
 #: BFCL's dates with thousands of prefixes, the walk of the token index)
@@ -326,6 +327,38 @@ def build_choice_table(layout: Layout, index: TokenIndex, state: State,
                        index.size)
 
 
+def _lead_ins(layout: Layout, m: EnumSlot) -> set[bytes]:
+    """The literals of ``layout`` that lead straight (through jumps alone) into a slot of matcher ``m``."""
+    code = layout._code
+    slots = {pc for pc, ins in enumerate(code) if ins[0] == FIELD and ins[2] is m}
+    out = set()
+    for pc, ins in enumerate(code):
+        if ins[0] == LIT:
+            nxt = pc + 1
+            for _ in range(8):
+                if nxt < len(code) and code[nxt][0] == JMP:
+                    nxt = code[nxt][1]
+            if nxt in slots:
+                out.add(ins[1])
+    return out
+
+
+def branch_prefixes(m: EnumSlot) -> list[bytes]:
+    """The proper prefixes of ``m``'s renderings after which they branch within the next three bytes (the prefix
+    itself, or one or two bytes further, has two next bytes), shortest first: where a model may choose inside a
+    value or a planner stop before one. Kept on the matcher (one pass over the renderings' prefixes)."""
+    hit = m.__dict__.get("_branch_prefixes")
+    if hit is None:
+        nexts: dict[bytes, set[int]] = {}
+        for r in m.renders:
+            for j in range(len(r)):
+                nexts.setdefault(r[:j], set()).add(r[j])
+        hit = sorted({p[:k] for p, nb in nexts.items() if len(nb) > 1 for k in range(max(0, len(p) - 2), len(p) + 1)},
+                     key=lambda p: (len(p), p))
+        m._branch_prefixes = hit  # type: ignore[attr-defined]
+    return hit  # type: ignore[no-any-return]
+
+
 @dataclass(frozen=True)
 class WideTable:
     """The tokens admitted at a state before or inside a wide field slot whose admissible values are settled
@@ -383,6 +416,89 @@ class WideTable:
         uwords, starts = np.unique(words, return_index=True)
         return cls(m, arr[order], np.array(los, dtype=np.intp)[order], np.array(his, dtype=np.intp)[order], words,
                    bits, tuple(checks), uwords, starts.astype(np.intp))
+
+    @classmethod
+    def build_many(cls, index: TokenIndex, m: EnumSlot, subs: Iterable[bytes],
+                   before: bytes = b"") -> dict[bytes, WideTable]:
+        """``{sub: WideTable.build(index, m, before, sub)}`` for many ``sub`` at once, each a prefix of a rendering,
+        equal array for array: the spans of the renderings' prefixes are found once for
+        all of them, and every table's arrays are cut from one set of arrays sorted once, so a table costs a few
+        slices, not its own sorts (the 278 of a day of clock times: 60 ms one by one on a slow 2-core machine).
+
+        A sub's entries are the tokens spelling a proper prefix of ``before`` (with the sub's span), then the prefixes
+        ``q`` of renderings that extend it (a contiguous run of the sorted prefixes, in the order :meth:`build` meets
+        them) where ``before`` and ``q``'s bytes past ``sub`` spell a token, each with the span of the renderings
+        that start with ``q``; a ``q`` whose bytes no token starts with ends the look at its descendants."""
+        renders = m.renders
+        spans: dict[bytes, list[int]] = {}  # every prefix of a rendering (renderings included) -> its span [lo, hi)
+        for j, r in enumerate(renders):
+            for k in range(len(r) + 1):
+                got = spans.get(r[:k])
+                if got is None:
+                    spans[r[:k]] = [j, j + 1]
+                else:
+                    got[1] = j + 1
+        prefixes = sorted(spans)  # depth first: a prefix, then every prefix extending it
+        by_bytes, whole, toks, tids = index.by_bytes, m.by_render, index.toks, index.ids
+        spanned: dict[bytes, tuple[int, int]] = {}  # bytes -> the tokens starting with them (asked once per bytes)
+        subs = list(subs)
+        tab: list[int] = []
+        ids: list[int] = []
+        los: list[int] = []
+        his: list[int] = []
+        checks: list[list[tuple[int, int, bytes]]] = []
+        for t, sub in enumerate(subs):
+            n = len(sub)
+            i = bisect_left(prefixes, sub)
+            if i == len(prefixes) or prefixes[i] != sub:
+                raise ValueError(f"{sub!r} is not a prefix of a rendering")
+            z = bisect_left(prefixes, sub + b"\xff", i)  # (renderings are UTF-8: no 0xff byte)
+            mine: list[tuple[int, int, bytes]] = []
+            for k in range(1, len(before)):  # tokens ending inside the bytes before the value
+                for tid in by_bytes.get(before[:k], ()):
+                    tab.append(t)
+                    ids.append(tid)
+                    los.append(spans[sub][0])
+                    his.append(spans[sub][1])
+            while i < z:
+                q = prefixes[i]
+                rest = before + q[n:]
+                got = spanned.get(rest)
+                if got is None:
+                    got = spanned[rest] = index.span(rest)
+                x, y = got
+                if x == y:  # no token starts with these bytes, nor with any longer ones: past q's descendants
+                    i = bisect_left(prefixes, q + b"\xff", i + 1, z)
+                    continue
+                lo, hi = spans[q]
+                if rest and toks[x] == rest:
+                    for tid in by_bytes[rest]:
+                        tab.append(t)
+                        ids.append(tid)
+                        los.append(lo)
+                        his.append(hi)
+                if q in whole:  # a whole rendering: the tokens running past its end
+                    mine += [(lo, int(tids[k]), toks[k]) for k in range(x, y) if len(toks[k]) > len(rest)]
+                i += 1
+            checks.append(mine)
+        owner = np.array(tab, dtype=np.int64)
+        arr = np.array(ids, dtype=np.int64)
+        words, bits = _word_bits(arr)
+        order = np.lexsort((words, owner))  # by table, then by word; stable: build's order within a word
+        owner, arr, words, bits = owner[order], arr[order], words[order], bits[order]
+        lo_a, hi_a = np.array(los, dtype=np.intp)[order], np.array(his, dtype=np.intp)[order]
+        edges = np.searchsorted(owner, np.arange(len(subs) + 1))  # table t holds [edges[t], edges[t + 1])
+        new = np.ones(len(owner), dtype=bool)  # where a (table, word) run starts
+        new[1:] = (owner[1:] != owner[:-1]) | (words[1:] != words[:-1])
+        runs = np.flatnonzero(new)
+        run_edges = np.searchsorted(runs, edges)
+        out: dict[bytes, WideTable] = {}
+        for t, sub in enumerate(subs):
+            a, z = int(edges[t]), int(edges[t + 1])
+            ra, rz = int(run_edges[t]), int(run_edges[t + 1])
+            out[sub] = cls(m, arr[a:z], lo_a[a:z], hi_a[a:z], words[a:z], bits[a:z], tuple(checks[t]),
+                           words[runs[ra:rz]], (runs[ra:rz] - a).astype(np.intp))
+        return out
 
     def row(self, counts: np.ndarray, words: int) -> np.ndarray:
         """The packed row (uint32) of the tokens ending inside an admissible value, given the admissible counts."""
@@ -906,37 +1022,44 @@ class Decoder:
             done.update(todo)
         return built
 
-    def _build_wide_tables(self, seconds: float = PRIME_WIDE_SECONDS) -> int:
-        """Build ahead, within ``seconds``, the :class:`WideTable` of every prefix where a wide field's renderings
-        branch within the next two bytes (where a model may choose inside the value, or a planner stops before a
-        token that could run into a choice: 278 of a day of clock times' 2,618 prefixes), once per matcher and
-        vocabulary, for the declarations whose wide fields the session settles (difference components): a first
-        choice inside a time value then finds its table (9 ms for the 278; on first use, one at a time, 0.2-2 ms on
-        the path of the mask the model waits for). Returns the tables built."""
+    def _build_wide_tables(self) -> int:
+        """Build ahead the :class:`WideTable` of every prefix where a wide field's renderings branch within the next
+        two bytes (where a model may choose inside the value, or a planner stops before a token that could run into a
+        choice: 278 of a day of clock times' 2,618 prefixes; :func:`branch_prefixes`), once per matcher and
+        vocabulary, all of them (:meth:`WideTable.build_many`), and those of the slot's opening where a planner stops
+        in the fixed bytes before it, for the declarations whose wide fields the session settles (difference
+        components): a first choice inside a time value then finds its table (on first use,
+        one at a time, 0.2-3 ms each on the path of the mask the model waits for). Domains above
+        :data:`PRIME_WIDE_VALUES` are left to first use. Returns the tables built.
+
+        (This was bounded by a time budget, 50 ms: on a slower machine the list of prefixes alone spent it, so the
+        first records of a process met their tables unbuilt, one by one, at the model's choices.)"""
         dm = getattr(self.session, "_difference", None)
         if dm is None or not dm.components or not WIDE_TABLES:
             return 0
         index, wide_domain = self._c.index, self.session.wide_domain
         matchers = {id(ins[2]): ins[2] for ins in self.layout._code
                     if ins[0] == FIELD and type(ins[2]) is EnumSlot and len(ins[2].domain) > wide_domain}
-        deadline = time.perf_counter() + seconds
         built = 0
         for key, m in matchers.items():
             if index.wide_done.get(key) is m or len(m.renders) > PRIME_WIDE_VALUES:
                 continue
-            subs = sorted({r[:k] for r in m.renders for k in range(len(r))  # a branch within the next two bytes
-                           if any(len(m.next_bytes(r[:j])) > 1 for j in range(k, min(len(r), k + 3)))},
-                          key=lambda p: (len(p), p))
-            for sub in subs:
-                if time.perf_counter() > deadline:
-                    return built
-                if sub not in m.by_render and (id(m), b"", sub) not in index.wide:
-                    table = WideTable.build(index, m, b"", sub)
-                    with index.lock:
-                        _remember(index.wide, (id(m), b"", sub), table, 4096)
-                    built += 1
+            # where a planner stops inside the fixed bytes before the slot (a token there could run into the value):
+            # the ends of the literal before it that a longer token starts with
+            befores = {lit[k:] for lit in _lead_ins(self.layout, m) for k in range(len(lit)) if index.crosses(lit[k:])}
             with index.lock:
+                todo = {(b"", sub) for sub in branch_prefixes(m) if sub not in m.by_render}
+                todo |= {(before, b"") for before in befores}
+                todo = {w for w in todo if (key, *w) not in index.wide}
+            tables = {(b"", sub): table for sub, table in
+                      WideTable.build_many(index, m, sorted(sub for b, sub in todo if not b)).items()}
+            for before in sorted(b for b, _ in todo if b):
+                tables[(before, b"")] = WideTable.build_many(index, m, [b""], before)[b""]
+            with index.lock:
+                for (before, sub), table in tables.items():
+                    _remember(index.wide, (key, before, sub), table, 4096)
                 index.wide_done[key] = m
+            built += len(tables)
         return built
 
     def _root_rows(self, seconds: float = PRIME_ROWS_SECONDS) -> int:
