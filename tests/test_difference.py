@@ -380,14 +380,17 @@ def test_wide_table_rows_equal_the_walk_of_the_token_index(name: str) -> None:
 @pytest.mark.parametrize("name", ["qwen3", "llama3", "smollm2"])
 def test_wide_tables_built_together_equal_those_built_one_by_one(name: str) -> None:
     """WideTable.build_many (what prime runs, every branch prefix of a matcher at once, cut from shared arrays)
-    against WideTable.build per prefix, array for array, on a meeting time domain and on a small integer-like domain
+    against WideTable.build per prefix, array for array, and their rows in C (the extension, which must be built)
+    against numpy's, on a meeting time domain and on a small integer-like domain
     where renderings are prefixes of others; and the branch prefixes against their definition, asked of the
     matcher's own next bytes."""
     import numpy as np
 
     from factorspec_cp.bench.walks import VOCABS
+    from factorspec_cp.tokenmap import decoder
     from factorspec_cp.tokenmap.decoder import TokenIndex, WideTable, branch_prefixes
     from factorspec_cp.tokenmap.layout import FIELD, EnumSlot
+    assert decoder._rows is not None, "the _rows extension is not built (pip install -e . builds it)"
     index = TokenIndex.of(VOCABS[name]())
     layout = _meeting(1).decoder(VOCABS[name](), mode="canonical").layout
     times = next(ins[2] for ins in layout._code if ins[0] == FIELD and type(ins[2]) is EnumSlot
@@ -412,5 +415,10 @@ def test_wide_tables_built_together_equal_those_built_one_by_one(name: str) -> N
                 assert a.dtype == b.dtype and np.array_equal(a, b), (m.renders[0], before, sub, f)
             assert one.checks == many.checks, (before, sub)
         assert any(len(t.ids) for _, _, t in pairs) and any(b and len(t.ids) for b, _, t in pairs)
+        rnd = np.random.default_rng(len(m.renders))
+        for _, _, t in pairs:  # the row in C against numpy's, under random admissible sets
+            counts = np.zeros(len(m.renders) + 1, dtype=np.int64)
+            np.cumsum(rnd.random(len(m.renders)) < 0.3, out=counts[1:])
+            assert np.array_equal(t.row(counts, index.size // 32 + 1), t.row_numpy(counts, index.size // 32 + 1))
     with pytest.raises(ValueError):
         WideTable.build_many(index, numbers, [b"7"])
