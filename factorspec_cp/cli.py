@@ -296,7 +296,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("extra", nargs=argparse.REMAINDER, help="after --: more server arguments")
     s.set_defaults(fn=cmd_serve)
     b = sub.add_parser("bench", help="benchmarks; results under benchmarks/")
-    b.add_argument("suite", choices=["solve", "coverage", "walks", "masks", "generate", "serve", "fuzz", "service"])
+    b.add_argument("suite", choices=["solve", "coverage", "walks", "masks", "breakdown", "generate", "serve", "fuzz",
+                                       "service"])
     b.add_argument("--samples", type=int, default=3, help="coverage: random records per compiled schema")
     b.add_argument("--seed", type=int, default=0, help="coverage: seed of the random records")
     b.add_argument("--limit", type=int, default=None, help="coverage: schemas per jsonschemabench file (default: all)")
@@ -305,12 +306,19 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--engines", default="xgrammar,llguidance",
                    help="coverage: other engines on the same schemas, same run ('' for none)")
     b.add_argument("--out", default="benchmarks", help="output folder")
-    b.add_argument("--per-size", type=int, default=None, help="solve/masks: trip problems per city count (20 / 4)")
-    b.add_argument("--calendar", type=int, default=None, help="calendar problems (solve 100, masks 10, generate 20)")
-    b.add_argument("--meeting", type=int, default=None, help="meeting problems (solve 100, masks 3, generate 5)")
+    b.add_argument("--per-size", type=int, default=None,
+                   help="solve/masks/breakdown: trip problems per city count (20 / 4 / 0)")
+    b.add_argument("--calendar", type=int, default=None,
+                   help="calendar problems (solve 100, masks 10, generate 20, breakdown 0)")
+    b.add_argument("--meeting", type=int, default=None,
+                   help="meeting problems (solve 100, masks 3, generate 5, breakdown 5)")
     b.add_argument("--trip", type=int, default=100, help="generate: trip problems, 3 to 7 cities")
-    b.add_argument("--bfcl", type=int, default=31, help="generate/masks: tool-call problems (masks: default 31)")
-    b.add_argument("--note", type=int, default=20, help="generate/masks: trip problems with a free note field")
+    b.add_argument("--bfcl", type=int, default=None,
+                   help="generate/masks/breakdown: tool-call problems (31 / 31 / 0)")
+    b.add_argument("--note", type=int, default=None,
+                   help="generate/masks/breakdown: trip problems with a free note field (20 / 20 / 0)")
+    b.add_argument("--vocabs", default=None, help="breakdown: tokenizers, comma-separated (default: qwen3,llama3,"
+                   "smollm2)")
     b.add_argument("--configs", default="xgrammar,xgrammar+ngram,syntax,unconstrained,solve-then-emit,none,certain,"
                    "hybrid", help="generate: configurations to run")
     b.add_argument("--width", type=int, default=32, help="generate: verify width cap (when not searched)")
@@ -348,7 +356,7 @@ def parser() -> argparse.ArgumentParser:
                    "trip+note, equally weighted (default: the standard mix)")
     b.add_argument("--num-spec", type=int, default=32, help="serve/service: certain-run draft cap")
     b.add_argument("--bench-note", default="",
-                   help="serve/masks/generate: what else ran on the machine (goes in the report)")
+                   help="serve/masks/generate/breakdown: what else ran on the machine (goes in the report)")
     b.set_defaults(fn=cmd_bench)
     return ap
 

@@ -66,3 +66,49 @@ def test_bench_service_tiny(tmp_path: Path) -> None:
     assert rows["factorspec", 1, None]["drafted"] == rows["factorspec", 0, None]["drafted"]
     assert rows["factorspec", 1, 0.0]["drafted"] <= rows["factorspec", 0, None]["drafted"]
     assert "| 4 | factorspec | 1 |" in (tmp_path / "service.md").read_text()
+
+
+def test_breakdown_meter_counts_each_part_its_own_time() -> None:
+    """The meter's own-time accounting against sleeps of known length: a call's part gets its own time only, the
+    wrapped call inside it gets its own, a collection inside is counted apart, and nothing is counted while it is
+    not active."""
+    import gc
+    import time
+
+    from factorspec_cp.bench.breakdown import PARTS, Meter
+    meter = Meter()
+    inner = meter.wrap(lambda: (time.sleep(0.03), gc.collect()), PARTS[1])
+    outer = meter.wrap(lambda: (time.sleep(0.001), inner()), PARTS[0])
+    gc.callbacks.append(meter.gc_callback)
+    try:
+        outer()  # not active: nothing counted
+        assert sum(meter.own.values()) == 0 and sum(meter.calls.values()) == 0
+        meter.active = True
+        outer()
+    finally:
+        gc.callbacks.remove(meter.gc_callback)
+    assert 0.001 <= meter.own[PARTS[0]] < 0.02  # (with the 30 ms inside it counted, it would be above 31 ms)
+    assert meter.own[PARTS[1]] >= 0.03
+    assert meter.own["gc"] > 0 and meter.calls["gc"] == 1
+    assert meter.calls[PARTS[0]] == 1 and meter.calls[PARTS[1]] == 1
+
+
+def test_bench_breakdown_tiny(tmp_path: Path) -> None:
+    """One meeting record on SmolLM2: the gold walk runs instrumented, every part's own time is at least 0 (the
+    rest, what the named parts leave of the total, too), the parts a meeting record must reach are reached, and
+    every wrapped entry point is restored afterwards."""
+    from factorspec_cp import difference
+    from factorspec_cp.bench.breakdown import PARTS, _targets
+    rc = main(["bench", "breakdown", "--meeting", "1", "--vocabs", "smollm2", "--out", str(tmp_path)])
+    assert rc == 0
+    doc = json.loads((tmp_path / "breakdown.json").read_text())
+    row = doc["rows"]["meeting/smollm2"]
+    assert row["records"] == 1 and row["tokens"] > 100 and row["xgrammar_us_per_token"] > 0
+    parts = row["parts_us_per_token"]
+    assert set(parts) == set(PARTS) and all(v >= 0 for v in parts.values()), parts
+    assert abs(sum(parts.values()) - row["us_per_token"]) < 0.05 * row["us_per_token"]
+    for p in ("search (C)", "search set-up (Python)", "session (Python)", "layout (Python)", "mask rows"):
+        assert row["calls_per_token"][p] > 0, p
+    assert not any(hasattr(getattr(owner, name), "__wrapped__") for owner, name, _ in _targets())
+    assert difference._core is None or type(difference._core).__name__ == "module"
+    assert "| search (C) |" in (tmp_path / "breakdown.md").read_text()

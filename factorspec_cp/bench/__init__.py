@@ -7,8 +7,9 @@ import json
 from typing import Any
 
 DEFAULTS = {"solve": {"per_size": 20, "calendar": 100, "meeting": 100},
-            "masks": {"per_size": 4, "calendar": 10, "meeting": 3},
-            "generate": {"calendar": 20, "meeting": 5},
+            "masks": {"per_size": 4, "calendar": 10, "meeting": 3, "bfcl": 31, "note": 20},
+            "breakdown": {"per_size": 0, "calendar": 0, "meeting": 5, "bfcl": 0, "note": 0},
+            "generate": {"calendar": 20, "meeting": 5, "bfcl": 31, "note": 20},
             "serve": {"concurrency": "1,4,8", "problems": 8},
             "service": {"concurrency": "8,64,128", "problems": 4}}
 
@@ -29,6 +30,9 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.suite == "masks":
         from .masks import run as run_masks
         return run_masks(args)
+    if args.suite == "breakdown":
+        from .breakdown import run as run_breakdown
+        return run_breakdown(args)
     if args.suite == "generate":
         from .generate import run as run_generate
         return run_generate(args)
