@@ -107,7 +107,8 @@ def test_bench_breakdown_tiny(tmp_path: Path) -> None:
     parts = row["parts_us_per_token"]
     assert set(parts) == set(PARTS) and all(v >= 0 for v in parts.values()), parts
     assert abs(sum(parts.values()) - row["us_per_token"]) < 0.05 * row["us_per_token"]
-    for p in ("search (C)", "search set-up (Python)", "session (Python)", "layout (Python)", "mask rows"):
+    for p in ("search (C)", "search set-up (Python)", "session (Python)", "layout (Python)", "mask rows",
+              "planner (Python)", "consume (Python)"):
         assert row["calls_per_token"][p] > 0, p
     assert not any(hasattr(getattr(owner, name), "__wrapped__") for owner, name, _ in _targets())
     assert difference._core is None or type(difference._core).__name__ == "module"

@@ -18,7 +18,10 @@ The parts:
 - ``tokenizer``: the canonical encoding of planned bytes;
 - ``mask rows``: :meth:`Decoder._exact_row` (choice and wide tables, the walk of the token index), less the above;
 - ``gc``: the garbage collector's collections inside the timed calls;
-- ``planner and decoder (Python)``: the rest (certain-run planning, consume, frames, filters, caches).
+- ``planner (Python)``: :meth:`Decoder._compute_plan`, the certain-run planner's own loop (the bytes every
+  continuation writes, their tokens and the state after each);
+- ``consume (Python)``: :meth:`Decoder.consume` (frames, redo, the session's assignment of completed values);
+- ``decoder, the rest (Python)``: what the timed calls leave (plan and row caches, filters, the row ahead, rollback).
 
 The timers add to the total: their cost per call is measured (:func:`wrapper_seconds`) and reported, times the
 calls made, per token. XGrammar replays the same tokens on the schema without relations, as in ``bench masks``.
@@ -47,7 +50,7 @@ from .masks import gold_token, problems, token_lookup
 from .walks import VOCABS
 
 PARTS = ["search (C)", "search set-up (Python)", "solver", "session (Python)", "layout (Python)", "tokenizer",
-         "mask rows", "gc", "planner and decoder (Python)"]
+         "mask rows", "gc", "planner (Python)", "consume (Python)", "decoder, the rest (Python)"]
 
 
 class Meter:
@@ -113,7 +116,8 @@ def _targets() -> list[tuple[Any, str, str]]:
     out += [(lay.Layout, n, "layout (Python)") for n in
             ("advance", "advance_in_string", "in_string", "forced_bytes", "accepting", "finish", "branches",
              "some_next_bytes", "allowed_next_bytes", "free_string", "value_choice", "after_free_slot")]
-    out += [(voc.Vocabulary, "encode", "tokenizer"), (dec.Decoder, "_exact_row", "mask rows")]
+    out += [(voc.Vocabulary, "encode", "tokenizer"), (dec.Decoder, "_exact_row", "mask rows"),
+            (dec.Decoder, "_compute_plan", "planner (Python)"), (dec.Decoder, "consume", "consume (Python)")]
     return out
 
 
@@ -272,7 +276,7 @@ def report_md(res: dict[str, Any]) -> str:
              f"{res.get('bench_note', '')}", "",
              "The walks and timed calls of `bench masks` (planning and `consume` everywhere, `fill_mask` where the "
              "model chooses), one walk per record, with each part's entry points timed (own time: less the timed "
-             "calls inside; garbage collections counted apart). *planner and decoder* is what the total leaves. Each "
+             "calls inside; garbage collections counted apart). *decoder, the rest* is what the total leaves. Each "
              "part's figure is us per record token, its share of the total, and in units of XGrammar's whole cost "
              "per token on the same tokens (trip: every city count together).", "",
              "Each part in units of XGrammar's whole cost per token on the same tokens:", "",
