@@ -106,7 +106,6 @@ def test_bench_breakdown_tiny(tmp_path: Path) -> None:
     assert row["records"] == 1 and row["tokens"] > 100 and row["xgrammar_us_per_token"] > 0
     parts = row["parts_us_per_token"]
     assert set(parts) == set(PARTS) and all(v >= 0 for v in parts.values()), parts
-    assert abs(sum(parts.values()) - row["us_per_token"]) < 0.05 * row["us_per_token"]
     for p in ("search (C)", "search set-up (Python)", "session (Python)", "layout (Python)", "mask rows",
               "planner (Python)", "consume (Python)"):
         assert row["calls_per_token"][p] > 0, p

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import platform
 import sys
 import time
@@ -41,12 +40,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import numpy as np
-
-from ..spec import Spec
-from ..tokenmap import Vocabulary
 from . import percentile, write_report
-from .masks import gold_token, problems, token_lookup
+from .masks import gold_walk, problems
 from .walks import VOCABS
 
 PARTS = ["search (C)", "search set-up (Python)", "solver", "session (Python)", "layout (Python)", "tokenizer",
@@ -149,54 +144,11 @@ def instrumented(meter: Meter) -> Iterator[Meter]:
         dm._core = core
 
 
-def timed_walk(spec: Spec, vocab: Vocabulary, gold: Any, meter: Meter | None = None) -> tuple[list[int], float]:
-    """A gold-guided canonical walk (``bench masks``' timed calls; no mask at a certain position): the tokens and
-    the constraint CPU seconds. With ``meter``: its parts counted inside the timed calls."""
-    dec = spec.decoder(vocab, mode="canonical").prime()
-    target = dec.layout.render(gold).encode()
-    row = np.zeros(dec._c.words, dtype=np.int32)
-    by_bytes, longest, specials = token_lookup(vocab)
-    clock = time.perf_counter
-    tokens: list[int] = []
-    cpu = 0.0
-    on = meter is not None
-    while not dec.is_terminated():
-        if on:
-            meter.active = True  # type: ignore[union-attr]
-        t0 = clock()
-        run = dec.certain_run(1)
-        if not run:
-            dec.fill_mask(row)
-        t1 = clock()
-        if on:
-            meter.active = False  # type: ignore[union-attr]
-        if run:
-            tok = run[0]
-        else:
-            tok = gold_token(row, by_bytes, longest, specials, target[len(dec.output()):])
-            if tok < 0:
-                raise AssertionError(f"no admitted token spells the gold after {dec.output()!r}")
-        if on:
-            meter.active = True  # type: ignore[union-attr]
-        t2 = clock()
-        dec.consume(tok)
-        t3 = clock()
-        if on:
-            meter.active = False  # type: ignore[union-attr]
-        cpu += (t1 - t0) + (t3 - t2)
-        tokens.append(tok)
-    if dec.record() != json.loads(target):
-        raise AssertionError("the gold walk did not reproduce the gold record")
-    return tokens, cpu
-
-
 def run_breakdown(per_size: int = 0, calendar_n: int = 0, meeting_n: int = 5, bfcl_n: int = 0, note_n: int = 0,
                   vocabs: list[str] | None = None, progress: bool = False) -> dict[str, Any]:
     from .masks_xgrammar import time_masks
     names = vocabs or list(VOCABS)
     loaded = {v: VOCABS[v]() for v in names}
-    for v in loaded.values():
-        v.encode("{}")  # the canonical encoder loads once per vocabulary
     items = list(problems(per_size, calendar_n, meeting_n, bfcl_n, note_n))
     groups: dict[str, dict[str, Any]] = {}
     for k, (group, spec, gold) in enumerate(items):
@@ -209,7 +161,8 @@ def run_breakdown(per_size: int = 0, calendar_n: int = 0, meeting_n: int = 5, bf
             meter = Meter()
             gc.collect()
             with instrumented(meter):
-                tokens, metered = timed_walk(spec, vocab, gold, meter)
+                walk = gold_walk(spec, vocab, gold, meter)
+            tokens, metered = walk["tokens"], sum(walk["cpu"])
             xg = time_masks(spec.schema, vocab, [tokens], cold=False)
             xg_cpu = sum(xg["fill_mask_seconds"][0]) + sum(xg["consume_seconds"][0])
             g["records"] += 1

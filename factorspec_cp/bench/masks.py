@@ -73,8 +73,9 @@ def problems(per_size: int, calendar_n: int, meeting_n: int, bfcl_n: int = 0,
         yield "trip+note", prob.spec, dict(prob.gold, note=trip_note(prob.gold))
 
 
-def gold_walk(spec: Spec, vocab: Vocabulary, gold: Any) -> dict[str, Any]:
-    """Write ``gold`` through a canonical-mode decoder; time every position. Returns tokens and timings."""
+def gold_walk(spec: Spec, vocab: Vocabulary, gold: Any, meter: Any = None) -> dict[str, Any]:
+    """Write ``gold`` through a canonical-mode decoder; time every position. Returns tokens and timings. ``meter``
+    (``bench breakdown``'s): its ``active`` is set exactly while a call that counts as constraint CPU runs."""
     vocab.encode("{}")  # the canonical encoder loads once per vocabulary: not a per-record cost
     t = time.perf_counter()
     # set-up: the declaration's layout and token index (its compile), the request's session, its root pass and the
@@ -88,14 +89,21 @@ def gold_walk(spec: Spec, vocab: Vocabulary, gold: Any) -> dict[str, Any]:
     clock = time.perf_counter
     first_string: list[float] = []
     in_string = False
+    on = meter is not None
     while not dec.is_terminated():
         entering = dec.layout.free_string(dec._frames[-1].state) is not None
         first, in_string = entering and not in_string, entering
+        if on:
+            meter.active = True
         t0 = clock()
         run = dec.certain_run(1)  # plans the certain run where none is planned: the real work of certain tokens
+        if on:
+            meter.active = not run  # the mask counts where the model chooses
         t1 = clock()
         dec.fill_mask(row)  # at a certain position: the single draft token (an engine need not even ask)
         t2 = clock()
+        if on:
+            meter.active = False
         if run:
             tok = run[0]
         else:
@@ -103,9 +111,13 @@ def gold_walk(spec: Spec, vocab: Vocabulary, gold: Any) -> dict[str, Any]:
             tok = gold_token(row, by_bytes, longest, specials, target[len(done):])
             if tok < 0:
                 raise AssertionError(f"no admitted token spells the gold after {done!r}")
+        if on:
+            meter.active = True
         t3 = clock()
         dec.consume(tok)
         t4 = clock()
+        if on:
+            meter.active = False
         if first:
             first_string.append(t2 - t1)
         fills.append(t2 - t1)
