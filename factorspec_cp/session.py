@@ -476,6 +476,8 @@ class Session:
         it: then only the witnessed values are known to be admissible)."""
         known = self._known(st, path)
         n, status = known.size, known.status
+        if known.refuted == n - 1 and not known.known and st.sat:  # one value not refuted, under a satisfiable
+            known.mark(*(2 * (status.find(0),)))  # assignment: every valid record extending it has that value
         if not known.complete and not self._settle(st, path, known):
             self._narrow(st, path, known)
         while not known.complete:

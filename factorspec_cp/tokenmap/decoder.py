@@ -542,6 +542,7 @@ class _Compiled:
         self.plans: OrderedDict[Any, tuple[_Step, ...]] = OrderedDict()
         self.suffixes: OrderedDict[Any, bool] = OrderedDict()
         self.tails: OrderedDict[Any, bytes | None] = OrderedDict()  # _fixed_tail by a free string's place
+        self.wide_at: dict[State, Any] = {}  # per state: its wide slot's place (Decoder._wide_place) or None
         try:  # the layout is a function of the schema's text (property order included) and the style
             layout_key: Any = (json.dumps(spec.schema), indent)
         except (TypeError, ValueError):
@@ -646,6 +647,7 @@ class Decoder:
         self._frames = [_Frame(self.layout.start(), pushed=False)]
         self._redo: list[_Frame] = []  # frames a rollback undid, the next one last
         self._filters: OrderedDict[Any, Any] = OrderedDict()  # the filter of each assignment (_admissible)
+        self._counts: dict[Any, np.ndarray] = {}  # a settled wide field's admissible counts, per assignment
         self.stats = DecoderStats()
         self._eos = set(vocab.eos_token_ids)
 
@@ -889,10 +891,13 @@ class Decoder:
             self._c.masks.move_to_end(key)
             self.stats.mask_hits += 1
             return row
+        place = self._wide_place(state) if WIDE_TABLES else None
+        if place is not None and self.session.wide(place[0]):  # a settled wide field's slot: its table (a choice
+            row = self._wide_row(state, place=place)  # table applies to no wide field)
+            if row is not None:
+                return _remember(self._c.masks, key, row, 2048)
         choice = self.layout.value_choice(state) if state not in self._c.choices else _NONE  # (asked once)
         row = self._choice_row(state, choice)
-        if row is None and WIDE_TABLES:
-            row = self._wide_row(state, choice)
         if row is not None:
             return _remember(self._c.masks, key, row, 2048)
         opening = self._opening(state)
@@ -937,31 +942,62 @@ class Decoder:
             np.bitwise_or.at(row.view(np.uint32), *_word_bits(ids))
         return row
 
-    def _wide_row(self, state: State, choice: Any = _NONE) -> np.ndarray | None:
+    def _wide_place(self, state: State) -> tuple[str, EnumSlot, tuple[int, bytes, bytes], bool] | None:
+        """Where ``state`` is before or inside the slot of a field of at most WIDE_TABLE_VALUES values whose
+        rows a :class:`WideTable` gives: the field's pointer, the slot's matcher, the table's key and whether the
+        output may end here (the layout alone says so); ``None`` elsewhere. Kept per state in the compiled declaration: it
+        depends on the layout only (whether the field is wide, on the session: asked per row)."""
+        wide_at = self._c.wide_at
+        place = wide_at.get(state, _NONE)
+        if place is _NONE:
+            place = None
+            choice = self.layout.value_choice(state)
+            if choice is not None and choice[0] in self._fields:
+                pointer, _, m, before, sub = choice
+                # another domain at the pointer (a union branch), or a whole value that others extend (15 of 150,
+                # where every token could run past it): the walk. BFCL's 11,323 dates: thousands of distinct
+                # prefixes, each table built on first use (up to 0.1 s at the opening quote): the walk (a few ms)
+                if same_domain(m, self._fields[pointer].values) and (before or sub not in m.by_render) \
+                        and len(m.renders) <= WIDE_TABLE_VALUES:
+                    place = (pointer, m, (id(m), before, sub), self.layout.finish(state) is not None)
+            if len(wide_at) > 65536:
+                wide_at.clear()
+            wide_at[state] = place
+        return place  # type: ignore[no-any-return]
+
+    def _wide_counts(self, pointer: str, m: EnumSlot) -> np.ndarray | None:
+        """The admissible counts below each of ``m``'s sorted renderings, where the session has settled the wide
+        field ``pointer`` under the current assignment (kept per assignment: a value's digits are asked in a row);
+        ``None`` where it has not."""
+        key = (pointer, self._key())
+        counts = self._counts.get(key)
+        if counts is None:
+            mask = self.session.questions(pointer).settled()
+            if mask is None:
+                return None  # (not kept: a later question may settle it)
+            counts = admissible_counts(m, mask)[0]
+            if len(self._counts) > 4096:
+                self._counts.clear()
+            self._counts[key] = counts
+        return counts
+
+    def _wide_row(self, state: State, place: Any = None) -> np.ndarray | None:
         """The mask row at ``state`` from its :class:`WideTable`, where ``state`` is before or inside a wide field
         slot whose admissible values the session has settled; ``None`` elsewhere (the walk of the token index)."""
-        if choice is _NONE:
-            choice = self.layout.value_choice(state)
-        if choice is None or choice[0] not in self._fields or not self.session.wide(choice[0]):
-            return None
-        pointer, _, m, before, sub = choice
-        # another domain at the pointer (a union branch), or a whole value that others extend (15 of 150, where every
-        # token could run past it): the walk
-        if not same_domain(m, self._fields[pointer].values) or not before and sub in m.by_render:
-            return None
-        if len(m.renders) > WIDE_TABLE_VALUES:  # BFCL's 11,323 dates: thousands of distinct prefixes, each table
-            return None  # built on first use (up to 0.1 s at the opening quote): the walk (a few ms) is cheaper there
-        mask = self.session.questions(pointer).settled()
-        if mask is None:
+        if place is None:
+            place = self._wide_place(state)
+            if place is None or not self.session.wide(place[0]):
+                return None
+        pointer, m, key, may_finish = place
+        counts = self._wide_counts(pointer, m)  # the admissible count below each sorted position
+        if counts is None:
             return None
         index = self._c.index
-        key = (id(m), before, sub)
         table = index.wide.get(key)
         if table is None or table.matcher is not m:
-            table = WideTable.build(index, m, before, sub)
+            table = WideTable.build(index, m, *key[1:])
             with index.lock:
                 _remember(index.wide, key, table, 4096)
-        counts = admissible_counts(m, mask)[0]  # the admissible count below each sorted position
         out = table.row(counts, self._c.words)
         extra: list[int] = []
         f = None
@@ -970,8 +1006,7 @@ class Decoder:
                 f = f or self._admissible()
                 if self._suffix_ok(state, data, (), f):
                     extra.append(tid)
-        if self.layout.finish(state) is not None and \
-                self.layout.finish(state, admissible=f or self._admissible()) is not None:
+        if may_finish and self.layout.finish(state, admissible=f or self._admissible()) is not None:
             extra += self._c.eos.tolist()
         if extra:
             np.bitwise_or.at(out, *_word_bits(np.array(extra, dtype=np.int64)))
