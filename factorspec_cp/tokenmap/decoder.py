@@ -543,6 +543,7 @@ class _Compiled:
         self.suffixes: OrderedDict[Any, bool] = OrderedDict()
         self.tails: OrderedDict[Any, bytes | None] = OrderedDict()  # _fixed_tail by a free string's place
         self.wide_at: dict[State, Any] = {}  # per state: its wide slot's place (Decoder._wide_place) or None
+        self.choice_at: dict[State, Any] = {}  # per state: Layout.value_choice (Decoder._value_choice)
         try:  # the layout is a function of the schema's text (property order included) and the style
             layout_key: Any = (json.dumps(spec.schema), indent)
         except (TypeError, ValueError):
@@ -891,13 +892,18 @@ class Decoder:
             self._c.masks.move_to_end(key)
             self.stats.mask_hits += 1
             return row
-        place = self._wide_place(state) if WIDE_TABLES else None
-        if place is not None and self.session.wide(place[0]):  # a settled wide field's slot: its table (a choice
-            row = self._wide_row(state, place=place)  # table applies to no wide field)
-            if row is not None:
-                return _remember(self._c.masks, key, row, 2048)
-        choice = self.layout.value_choice(state) if state not in self._c.choices else _NONE  # (asked once)
-        row = self._choice_row(state, choice)
+        # a state with a choice table (built ahead for the narrow fields' slots: most choices) goes to it first; a
+        # wide field's slot has none (it is asked piecewise): its WideTable, where the session has settled it
+        tabled = state in self._c.choices
+        row = self._choice_row(state) if tabled else None
+        if row is None:
+            choice = self._value_choice(state)
+            if WIDE_TABLES and choice is not None and choice[0] in self._fields and self.session.wide(choice[0]):
+                place = self._wide_place(state, choice)
+                if place is not None:
+                    row = self._wide_row(state, place=place)
+            if row is None and not tabled:
+                row = self._choice_row(state, choice)
         if row is not None:
             return _remember(self._c.masks, key, row, 2048)
         opening = self._opening(state)
@@ -942,16 +948,27 @@ class Decoder:
             np.bitwise_or.at(row.view(np.uint32), *_word_bits(ids))
         return row
 
-    def _wide_place(self, state: State) -> tuple[str, EnumSlot, tuple[int, bytes, bytes], bool] | None:
-        """Where ``state`` is before or inside the slot of a field of at most WIDE_TABLE_VALUES values whose
-        rows a :class:`WideTable` gives: the field's pointer, the slot's matcher, the table's key and whether the
-        output may end here (the layout alone says so); ``None`` elsewhere. Kept per state in the compiled declaration: it
-        depends on the layout only (whether the field is wide, on the session: asked per row)."""
+    def _value_choice(self, state: State) -> Any:
+        """:meth:`Layout.value_choice`, kept per state in the compiled declaration (it depends on the layout only)."""
+        at = self._c.choice_at
+        choice = at.get(state, _NONE)
+        if choice is _NONE:
+            if len(at) > 65536:
+                at.clear()
+            choice = at[state] = self.layout.value_choice(state)
+        return choice
+
+    def _wide_place(self, state: State, choice: Any = _NONE) -> tuple[str, EnumSlot, Any, bool] | None:
+        """Where ``state`` is before or inside the slot of a field of at most WIDE_TABLE_VALUES values whose rows a
+        :class:`WideTable` gives: the field's pointer, the slot's matcher, the table's key and whether the output may
+        end here (the layout alone says so); ``None`` elsewhere. Kept per state in the compiled declaration: it
+        depends on the layout only (whether the field is wide depends on the session: asked per row)."""
         wide_at = self._c.wide_at
         place = wide_at.get(state, _NONE)
         if place is _NONE:
             place = None
-            choice = self.layout.value_choice(state)
+            if choice is _NONE:
+                choice = self._value_choice(state)
             if choice is not None and choice[0] in self._fields:
                 pointer, _, m, before, sub = choice
                 # another domain at the pointer (a union branch), or a whole value that others extend (15 of 150,
