@@ -96,9 +96,17 @@ class IntegerSlot:
                 yield (0, 0)
             return
         d = int(digits)
+        lo, hi = self.lo, self.hi
         for k in range(self._k + 1):
             a, b = d * 10**k, (d + 1) * 10**k - 1
-            yield (-b, -a) if neg else (a, b)
+            if neg:
+                if lo is not None and -a < lo:  # this and every longer one lie below the bound: none can meet it
+                    return
+                yield -b, -a
+            else:
+                if hi is not None and a > hi:  # this and every longer one lie above the bound
+                    return
+                yield a, b
 
     def prefix_ok(self, t: bytes) -> bool:
         ok = self._ok.get(t)
