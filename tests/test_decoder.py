@@ -420,3 +420,28 @@ def test_a_kept_filter_asked_under_another_assignment_raises() -> None:
     with pytest.raises(RuntimeError, match="another assignment"):
         flt.answer("/b")
     assert dec._admissible() is not flt and dec._admissible().answer("/b") == [2]
+
+
+@pytest.mark.parametrize("dense_limit", [0, 1 << 14])
+def test_choice_table_rows_are_the_union_of_the_selected_candidates(dense_limit: int,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A choice table's row for a selection of candidates, from its small matrix (candidates x mask words) or,
+    past the matrix's limit, from its flat scatter, is exactly the union of the selected candidates' ids."""
+    import threading
+
+    from factorspec_cp.tokenmap import decoder as D
+    monkeypatch.setattr(D, "DENSE_CHOICE_WORDS", dense_limit)
+    rng = random.Random(dense_limit)
+    size = 5000
+    for _ in range(20):
+        n = rng.randrange(1, 24)
+        ids = tuple(np.array(sorted(rng.sample(range(size), rng.randrange(0, 60))), dtype=np.int64) for _ in range(n))
+        table = D.ChoiceTable("/x", ids, (), False, tuple((k, k) for k in range(n)), size)
+        assert (table.dense is None) == (dense_limit == 0)
+        lock = threading.Lock()
+        for _ in range(10):
+            chosen = sorted(rng.sample(range(n), rng.randrange(0, n + 1)))
+            row = table.row(bytes(chosen), lock)
+            want = sorted({int(t) for k in chosen for t in ids[k]})
+            assert mask_to_ids(row, size).tolist() == want
+        assert mask_to_ids(table.row(None, lock), size).tolist() == sorted({int(t) for i in ids for t in i})

@@ -203,6 +203,7 @@ class TokenIndex:
 # ------------------------------------------------------------------------------------------------- choice tables
 #: the most candidate values a choice table holds (above it, the walk of the token index)
 CHOICE_MAX = 256
+DENSE_CHOICE_WORDS = 1 << 14  # a choice table's matrix of candidates x mask words, at most (64 KB)
 #: the choice tables a layout keeps over one vocabulary (the least recently used go first)
 CHOICE_TABLES = 4096
 #: what :meth:`Decoder.prime` spends at most, once per layout, building choice tables ahead (seconds, states)
@@ -212,6 +213,10 @@ PRIME_CHOICES_STATES = 2048
 PRIME_ROWS_SECONDS = 0.005
 #: a newly planned certain run also computes the mask row where it ends (:meth:`Decoder._row_after`)
 ROW_AHEAD = True
+# with the row where a certain run ends, the row after the first token of the fixed bytes that follow (held back
+# where a longer token could run past them: the `` "`` before a clock time): the first choice inside the value
+ROW_AFTER_FORCED = True
+FORCED_AHEAD_BYTES = 16
 #: masks in a settled wide field slot come from its :class:`WideTable` (else: the walk of the token index)
 WIDE_TABLES = True
 #: :meth:`Decoder.prime` builds wide tables ahead, once per wide matcher and vocabulary, for domains of at most this
@@ -249,10 +254,23 @@ class ChoiceTable:
     # selection of these and one scatter, not a concatenation and a conversion per candidate (5 us, not 20-30)
     flat: tuple[np.ndarray, np.ndarray, np.ndarray] = dc_field(init=False, compare=False, repr=False)
 
+    # the same bits as one small matrix (a row per candidate, a column per mask word any candidate touches), where
+    # it stays small: a row is then an OR down the selected rows and one scatter (a choice inside a clock time: 2-17
+    # candidates over 50-300 words)
+    dense: tuple[np.ndarray, np.ndarray] | None = dc_field(init=False, compare=False, repr=False)
+
     def __post_init__(self) -> None:
         ids = np.concatenate(self.ids) if self.ids else np.zeros(0, dtype=np.int64)
         owner = np.repeat(np.arange(len(self.ids), dtype=np.intp), [len(i) for i in self.ids])
-        object.__setattr__(self, "flat", (*_word_bits(ids), owner))
+        words, bits = _word_bits(ids)
+        object.__setattr__(self, "flat", (words, bits, owner))
+        cols = np.unique(words)
+        dense = None
+        if len(self.ids) * len(cols) <= DENSE_CHOICE_WORDS:
+            matrix = np.zeros((len(self.ids), len(cols)), dtype=np.uint32)
+            np.bitwise_or.at(matrix, (owner, np.searchsorted(cols, words)), bits)
+            dense = (cols, matrix)
+        object.__setattr__(self, "dense", dense)
 
     def row_for(self, mask: bytes, lock: threading.Lock) -> np.ndarray:
         """The packed row for a session's admissible mask over the field (kept per mask: one dictionary lookup
@@ -276,7 +294,10 @@ class ChoiceTable:
         if hit is not None:
             return hit
         out = np.zeros(mask_words(self.size), dtype=np.uint32)
-        if key:
+        if key and self.dense is not None:
+            cols, matrix = self.dense
+            out[cols] = np.bitwise_or.reduce(matrix[np.frombuffer(key, dtype=np.uint8)], axis=0)
+        elif key:
             words, bits, owner = self.flat
             chosen = np.zeros(len(self.ids), dtype=bool)
             chosen[np.frombuffer(key, dtype=np.uint8)] = True
@@ -604,6 +625,7 @@ class _Frame:
     terminated: bool = False
     token: int | None = None
     assigned: tuple[tuple[str, Any], ...] = ()
+    row: tuple[Any, np.ndarray] | None = None  # the mask row here, with the assignment it was computed under
 
 
 def compiled_for(spec: Spec, vocab: Vocabulary, style: str | int = "compact") -> _Compiled:
@@ -649,6 +671,7 @@ class Decoder:
         self._redo: list[_Frame] = []  # frames a rollback undid, the next one last
         self._filters: OrderedDict[Any, Any] = OrderedDict()  # the filter of each assignment (_admissible)
         self._counts: dict[Any, np.ndarray] = {}  # a settled wide field's admissible counts, per assignment
+        self._masks: dict[Any, bytes] = {}  # a narrow field's admissible mask, per assignment
         self.stats = DecoderStats()
         self._eos = set(vocab.eos_token_ids)
 
@@ -882,11 +905,20 @@ class Decoder:
         frame = self._frames[-1]
         if frame.terminated:
             return np.zeros(self._c.words, dtype=np.int32)
-        state = frame.state
+        fixed = self._key()
+        kept = frame.row  # this position's row, computed before (a row ahead, taken again): no key to hash
+        if kept is not None and (kept[0] is fixed or kept[0] == fixed):
+            self.stats.mask_hits += 1
+            return kept[1]
+        row = self._row_at(frame.state, fixed)
+        frame.row = (fixed, row)
+        return row
+
+    def _row_at(self, state: State, fixed: Any) -> np.ndarray:
         fs = self.layout.free_string(state)
         if fs is not None:  # inside a free string: a lookup in its token tables (what _exact_ids would find there)
             return self._c.string_masks(fs[0]).row(fs[1], *self._string_closing(state, (), self._admissible))
-        key = (state, self._key())
+        key = (state, fixed)
         row = self._c.masks.get(key)
         if row is not None:
             self._c.masks.move_to_end(key)
@@ -928,7 +960,7 @@ class Decoder:
         # the session's admissible set, as a mask over the field's domain: cached with the solver state, and the
         # key of the union row the table keeps for it (a pointer the session does not know: every candidate)
         if table.pointer in self._fields:
-            mask = self.session.admissible_mask(table.pointer)
+            mask = self._admissible_mask(table.pointer)
             row = table.row_for(mask, self._c.index.lock)
         else:
             mask = None
@@ -947,6 +979,17 @@ class Decoder:
             ids = np.array(extra, dtype=np.int64)
             np.bitwise_or.at(row.view(np.uint32), *_word_bits(ids))
         return row
+
+    def _admissible_mask(self, pointer: str) -> bytes:
+        """:meth:`Session.admissible_mask`, kept per assignment (the states inside one value ask it in a row)."""
+        key = (pointer, self._key())
+        mask = self._masks.get(key)
+        if mask is None:
+            mask = self.session.admissible_mask(pointer)
+            if len(self._masks) > 4096:
+                self._masks.clear()
+            self._masks[key] = mask
+        return mask
 
     def _value_choice(self, state: State) -> Any:
         """:meth:`Layout.value_choice`, kept per state in the compiled declaration (it depends on the layout only)."""
@@ -1280,8 +1323,43 @@ class Decoder:
                 self.consume(step.token)
                 taken += 1
             self._exact_row()
+            tid = self._forced_token() if ROW_AFTER_FORCED else None
+            if tid is not None:  # the bytes every record writes next, held back as a token could run past them
+                self.consume(tid)
+                taken += 1
+                self._exact_row()
         finally:
             self.rollback(taken)
+
+    def _forced_token(self) -> int | None:
+        """Where the bytes every valid record writes next are fixed (a planner stops before them where a longer
+        token could run into the choice after them: the `` "`` before a clock time), the first token of their
+        canonical encoding, if admitted here: the token a model writing them takes. A row after it is then computed
+        with the row here (the model's choice inside the value next)."""
+        layout, f = self.layout, self._admissible()
+        st: State | None = self._frames[-1].state
+        data = b""
+        while st is not None and len(data) < FORCED_AHEAD_BYTES:  # up to a choice, a value's end or the limit
+            jump = layout.forced_bytes(st, admissible=f)
+            if jump is not None:  # fixed syntax or a certain value
+                more, at = jump
+                if len(more) > 1:
+                    st = at(len(more) - 1)
+            else:  # one admissible next byte (a value's opening quote)
+                nxt = layout.some_next_bytes(st, 2, admissible=f)
+                if len(nxt) != 1:
+                    break
+                more = bytes(nxt)
+            data += more
+            st = layout.advance(st, more[-1:], admissible=f)
+            if st is not None and st.events:
+                break
+        text, _ = _utf8_prefix(data[:FORCED_AHEAD_BYTES])
+        if not text:
+            return None
+        tid = self.vocab.encode(text)[0]
+        row = self._exact_row()
+        return tid if int(row[tid >> 5]) >> (tid & 31) & 1 else None
 
     def _free_choice(self, state: State) -> bool:
         """Whether ``state`` is inside a free string with two next bytes that stay inside it (nothing certain)."""
