@@ -213,9 +213,10 @@ PRIME_CHOICES_STATES = 2048
 PRIME_ROWS_SECONDS = 0.005
 #: a newly planned certain run also computes the mask row where it ends (:meth:`Decoder._row_after`)
 ROW_AHEAD = True
-# with the row where a certain run ends, the row after the first token of the fixed bytes that follow (held back
-# where a longer token could run past them: the `` "`` before a clock time): the first choice inside the value
+#: with the row where a certain run ends, the row after the first token of the fixed bytes that follow (held back
+#: where a longer token could run past them: the `` "`` before a clock time): the first choice inside the value
 ROW_AFTER_FORCED = True
+#: how many of those fixed bytes :meth:`Decoder._forced_token` collects to find their first token
 FORCED_AHEAD_BYTES = 16
 #: masks in a settled wide field slot come from its :class:`WideTable` (else: the walk of the token index)
 WIDE_TABLES = True
@@ -607,7 +608,7 @@ class DecoderStats:
 
 class _Step(NamedTuple):
     """One planned token: the layout state after it and the field values it completes (``state`` None: EOS). (A
-    named tuple: a plan makes one per token, three times cheaper than a frozen dataclass.)"""
+    named tuple: a plan makes one per token.)"""
 
     token: int
     state: State | None
@@ -1315,8 +1316,10 @@ class Decoder:
         undone, so taking them again restores their frames and the row is a cache hit then. Run with the plan, before
         the verify step whose logits that choice is sampled from (off the path between the forward pass and the
         sampler; a constraint worker publishes this row with the draft). With no plan: the row here. What was
-        taken is undone even where the row fails. (Assigning the plan's values for the while instead, without
-        taking its tokens, measured 15% more CPU per token on trip with a free note, for no gain on meeting.)"""
+        taken is undone even where the row fails. With :data:`ROW_AFTER_FORCED`, also the row after the first token
+        of the fixed bytes held back at the run's end (:meth:`_forced_token`). (Assigning the plan's values for the
+        while instead, without taking its tokens, measured 15% more CPU per token on trip with a free note, for no
+        gain on meeting.)"""
         taken = 0
         try:
             for step in plan:
