@@ -365,3 +365,30 @@ def test_bfcl_date_masks_with_questions_equal_masks_from_lists(smollm2: Any) -> 
     walk = _walk_tokens(spec, smollm2, random.Random(7))
     assert _masks(spec, smollm2, walk, wide=True, mode="exact") == _masks(spec, smollm2, walk, wide=False,
                                                                             mode="exact")
+
+
+@pytest.mark.parametrize("people", [2, 3])
+def test_a_slots_place_equals_the_place_found_per_state(smollm2: Any, people: int) -> None:
+    """``Decoder._slot_place`` (kept per slot, the fast path of a wide value's digits) names what ``_wide_place``
+    (derived per state from ``Layout.value_choice``, ``same_domain`` and ``Layout.finish``) names, at every state
+    of the gold walk and of a random walk where it applies, and it applies inside every settled wide value typed."""
+    spec, gold = _meeting(people)
+    gold_tokens = smollm2.encode(json.dumps(gold, separators=(", ", ": "), ensure_ascii=False))
+    for tokens in (gold_tokens, _walk_tokens(spec, smollm2, random.Random(people + 10))):
+        dec = fs.Spec.from_json(spec.to_json()).decoder(smollm2, mode="exact")
+        applied = 0
+        for t in tokens + [None]:
+            state = dec._frames[-1].state
+            fast = dec._slot_place(state)
+            slow = dec._wide_place(state)
+            if fast is not None:
+                applied += 1
+                assert slow is not None and dec.session.wide(slow[0])
+                assert fast[:2] == slow[:2] and fast[2][1:] == slow[2][1:] and fast[3] == slow[3]
+                assert fast[2][0] == slow[2][0] == id(fast[1])
+            elif slow is not None and dec.session.wide(slow[0]):
+                assert slow[2][1] or slow[2][2] in slow[1].by_render  # before the value, or a whole value typed
+            dec.allowed_tokens()
+            if t is not None:
+                dec.consume(t)
+        assert applied >= 8  # the digits of the meetings' clock times

@@ -990,6 +990,15 @@ class Layout:
                 return None
         return None
 
+    def enum_slot_at(self, pc: int, ctr: tuple[int, ...]) -> tuple[str, Field, EnumSlot] | None:
+        """Where program counter ``pc`` (array counters ``ctr``) is a finite field slot: its pointer, field and
+        matcher, as :meth:`value_choice` names them for a state of one thread inside it (whatever bytes of the value
+        were typed); ``None`` elsewhere. A function of the layout alone: a decoder keeps it per ``(pc, ctr)``."""
+        ins = self._code[pc]
+        if ins[0] == FIELD and type(ins[2]) is EnumSlot:
+            return self._pointer(ins[1], ctr), ins[3], ins[2]
+        return None
+
     def start(self) -> State:
         """The state before the first byte."""
         return self._start
