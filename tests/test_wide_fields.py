@@ -392,3 +392,55 @@ def test_a_slots_place_equals_the_place_found_per_state(smollm2: Any, people: in
             if t is not None:
                 dec.consume(t)
         assert applied >= 8  # the digits of the meetings' clock times
+
+
+@pytest.mark.parametrize("people", [2, 3])
+def test_a_token_inside_a_wide_value_steps_as_the_layout_does(smollm2: Any, people: int) -> None:
+    """``Decoder._in_value`` (a consumed token that stays inside a settled wide value: one look-up in the admissible
+    counts) gives the state ``Layout.advance`` reaches byte by byte under the decoder's filter, for every admitted
+    token at positions of the gold walk and of a random walk, and declines every token the layout rejects there."""
+    spec, gold = _meeting(people)
+    gold_tokens = smollm2.encode(json.dumps(gold, separators=(", ", ": "), ensure_ascii=False))
+    rnd = random.Random(people + 20)
+    for tokens in (gold_tokens, _walk_tokens(spec, smollm2, random.Random(people + 30))):
+        dec = fs.Spec.from_json(spec.to_json()).decoder(smollm2, mode="exact")
+        stepped = declined = 0
+        for t in tokens:
+            state = dec._frames[-1].state
+            if dec._slot_place(state) is not None:
+                admitted = dec.allowed_tokens().tolist()
+                others = [u for u in rnd.sample(range(smollm2.size), 200) if smollm2.tokens[u] is not None]
+                for u in sorted(set(admitted[:60] + others + [t])):
+                    data = smollm2.token_bytes(u)
+                    if data is None:
+                        continue
+                    fast = dec._in_value(state, data)
+                    slow = dec.layout.advance(state, data, admissible=dec._admissible())
+                    if fast is not None:
+                        stepped += 1
+                        assert slow is not None and fast == slow and not slow.events
+                    else:
+                        declined += 1
+            dec.consume(t)
+        assert stepped >= 20 and declined >= 20
+
+
+@pytest.mark.parametrize("people", [2, 3])
+def test_a_wide_value_that_branches_plans_nothing_as_the_planner_finds(smollm2: Any, people: int) -> None:
+    """``Decoder._value_branches`` (two admissible values part in the next byte, from the admissible counts) holds
+    only where the planner, asking the layout, plans nothing; and it holds at the model's choices inside values."""
+    spec, gold = _meeting(people)
+    gold_tokens = smollm2.encode(json.dumps(gold, separators=(", ", ": "), ensure_ascii=False))
+    for tokens in (gold_tokens, _walk_tokens(spec, smollm2, random.Random(people + 40))):
+        dec = fs.Spec.from_json(spec.to_json()).decoder(smollm2, mode="exact")
+        held = inside = 0
+        for t in tokens:
+            state = dec._frames[-1].state
+            if dec._slot_place(state) is not None:
+                inside += 1
+                planned = dec._compute_plan(state)
+                if dec._value_branches(state):  # (where it does not hold the plan may be empty too: the planner
+                    held += 1  # stops before a token that could run into what follows)
+                    assert planned == ()
+            dec.consume(t)
+        assert held >= 8 and inside >= held

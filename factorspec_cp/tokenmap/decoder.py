@@ -1070,6 +1070,57 @@ class Decoder:
             return None
         return slot[0], slot[1], (slot[2], b"", sub), False
 
+    def _in_value(self, state: State, data: bytes) -> State | None:
+        """The state after ``data`` where ``state`` is inside a settled wide field's value (:meth:`_slot_place`) and
+        ``data`` keeps it there: some admissible value's rendering starts with the bytes typed and ``data`` (one
+        look-up in the admissible counts) and no value is whole on the way. That is what :meth:`Layout.advance`
+        finds byte by byte under the filter (its asked slot reads the same counts), with no event: the same core, the
+        value's bytes longer. ``None`` elsewhere, and where ``data`` leaves every admissible value (the general path
+        then says why)."""
+        place = self._slot_place(state)
+        if place is None:
+            return None
+        ((pc, ctr, sub), pending), = state.threads
+        if pending:
+            return None
+        pointer, m = place[0], place[1]
+        new = sub + data
+        whole = m.by_render
+        if any(new[:k] in whole for k in range(len(sub) + 1, len(new) + 1)):
+            return None  # a value completes inside the token: its event, and what follows it, on the general path
+        counts = self._wide_counts(pointer, m)
+        if counts is None:
+            return None
+        lo, hi = m._span(new)
+        if counts[hi] <= counts[lo]:
+            return None
+        return State(frozenset({((pc, ctr, new), pending)}))
+
+    def _value_branches(self, state: State) -> bool:
+        """Whether ``state`` is inside a settled wide field's value (:meth:`_slot_place`) where two admissible values
+        part in the next byte: then nothing is certain, the plan empty, which :meth:`_compute_plan` finds there by
+        asking the layout (``forced_bytes``, ``accepting``, ``branches``: 11 us at each digit of a clock time on
+        meeting/Qwen3). Here: the first and last admissible renderings under the bytes typed, two searches in the
+        admissible counts, as :meth:`_AskedSlot.branches` does. ``False`` elsewhere (the planner then decides)."""
+        place = self._slot_place(state)
+        if place is None:
+            return False
+        m = place[1]
+        counts = self._wide_counts(place[0], m)
+        if counts is None:
+            return False
+        sub = place[2][2]
+        lo, hi = m._span(sub)
+        below, upto = counts[lo], counts[hi]
+        if upto == below:
+            return False
+        # counts never decrease, so the first index holding below + 1 (upto) lies in (lo, hi]: the first admissible
+        # rendering starting with sub, and the last one, sit just before them
+        first = int(counts.searchsorted(below + 1)) - 1
+        last = int(counts.searchsorted(upto)) - 1
+        a, z, n = m.renders[first], m.renders[last], len(sub)
+        return len(a) > n and len(z) > n and a[n] != z[n]
+
     def _wide_counts(self, pointer: str, m: EnumSlot) -> np.ndarray | None:
         """The admissible counts below each of ``m``'s sorted renderings, where the session has settled the wide
         field ``pointer`` under the current assignment (kept per assignment: a value's digits are asked in a row);
@@ -1346,7 +1397,7 @@ class Decoder:
         frame = self._frames[-1]
         if frame.plan is None:
             t = time.perf_counter()
-            if self._free_choice(frame.state):
+            if self._free_choice(frame.state) or WIDE_TABLES and self._value_branches(frame.state):
                 frame.plan = ()  # not kept in the cache: a long string's states would crowd the others out
             else:
                 key = (frame.state, self._key())
@@ -1564,6 +1615,12 @@ class Decoder:
             if core is not None:
                 self._frames.append(_Frame(layout.in_string(frame.state, data, core), pushed=False,
                                            plan=rest or None, token=token))
+                self.stats.consume_seconds += time.perf_counter() - t0
+                return
+        if WIDE_TABLES:  # inside a settled wide field's value, a token that stays inside it: one span look-up
+            inside = self._in_value(frame.state, data)
+            if inside is not None:
+                self._frames.append(_Frame(inside, pushed=False, plan=rest or None, token=token))
                 self.stats.consume_seconds += time.perf_counter() - t0
                 return
         pushed = False  # the assignment is saved at the first value the token completes (most complete none)
