@@ -367,15 +367,21 @@ def test_bfcl_date_masks_with_questions_equal_masks_from_lists(smollm2: Any) -> 
                                                                             mode="exact")
 
 
+def _meeting_walks(vocab: Any, people: int, seed: int) -> Any:
+    """A fresh exact-mode decoder of a meeting problem with the gold record's tokens, then another with a random
+    walk's."""
+    spec, gold = _meeting(people)
+    gold_tokens = vocab.encode(json.dumps(gold, separators=(", ", ": "), ensure_ascii=False))
+    for tokens in (gold_tokens, _walk_tokens(spec, vocab, random.Random(seed))):
+        yield fs.Spec.from_json(spec.to_json()).decoder(vocab, mode="exact"), tokens
+
+
 @pytest.mark.parametrize("people", [2, 3])
 def test_a_slots_place_equals_the_place_found_per_state(smollm2: Any, people: int) -> None:
     """``Decoder._slot_place`` (kept per slot, the fast path of a wide value's digits) names what ``_wide_place``
     (derived per state from ``Layout.value_choice``, ``same_domain`` and ``Layout.finish``) names, at every state
     of the gold walk and of a random walk where it applies, and it applies inside every settled wide value typed."""
-    spec, gold = _meeting(people)
-    gold_tokens = smollm2.encode(json.dumps(gold, separators=(", ", ": "), ensure_ascii=False))
-    for tokens in (gold_tokens, _walk_tokens(spec, smollm2, random.Random(people + 10))):
-        dec = fs.Spec.from_json(spec.to_json()).decoder(smollm2, mode="exact")
+    for dec, tokens in _meeting_walks(smollm2, people, people + 10):
         applied = 0
         for t in tokens + [None]:
             state = dec._frames[-1].state
@@ -399,11 +405,8 @@ def test_a_token_inside_a_wide_value_steps_as_the_layout_does(smollm2: Any, peop
     """``Decoder._in_value`` (a consumed token that stays inside a settled wide value: one look-up in the admissible
     counts) gives the state ``Layout.advance`` reaches byte by byte under the decoder's filter, for every admitted
     token at positions of the gold walk and of a random walk, and declines every token the layout rejects there."""
-    spec, gold = _meeting(people)
-    gold_tokens = smollm2.encode(json.dumps(gold, separators=(", ", ": "), ensure_ascii=False))
     rnd = random.Random(people + 20)
-    for tokens in (gold_tokens, _walk_tokens(spec, smollm2, random.Random(people + 30))):
-        dec = fs.Spec.from_json(spec.to_json()).decoder(smollm2, mode="exact")
+    for dec, tokens in _meeting_walks(smollm2, people, people + 30):
         stepped = declined = 0
         for t in tokens:
             state = dec._frames[-1].state
@@ -429,10 +432,7 @@ def test_a_token_inside_a_wide_value_steps_as_the_layout_does(smollm2: Any, peop
 def test_a_wide_value_that_branches_plans_nothing_as_the_planner_finds(smollm2: Any, people: int) -> None:
     """``Decoder._value_branches`` (two admissible values part in the next byte, from the admissible counts) holds
     only where the planner, asking the layout, plans nothing; and it holds at the model's choices inside values."""
-    spec, gold = _meeting(people)
-    gold_tokens = smollm2.encode(json.dumps(gold, separators=(", ", ": "), ensure_ascii=False))
-    for tokens in (gold_tokens, _walk_tokens(spec, smollm2, random.Random(people + 40))):
-        dec = fs.Spec.from_json(spec.to_json()).decoder(smollm2, mode="exact")
+    for dec, tokens in _meeting_walks(smollm2, people, people + 40):
         held = inside = 0
         for t in tokens:
             state = dec._frames[-1].state

@@ -61,7 +61,7 @@ import numpy as np
 
 from ..schema import jkey
 from .freeslot import StringSlot
-from .layout import FIELD, JMP, LIT, EnumSlot, Layout, State, admissible_counts, same_domain
+from .layout import FIELD, JMP, LIT, EnumSlot, Layout, State, admissible_branches, admissible_counts, same_domain
 from .strings import Closing, StringMasks
 from .stringtables import vocabulary_key
 from .vocab import Vocabulary
@@ -672,9 +672,8 @@ class Decoder:
         self._frames = [_Frame(self.layout.start(), pushed=False)]
         self._redo: list[_Frame] = []  # frames a rollback undid, the next one last
         self._filters: OrderedDict[Any, Any] = OrderedDict()  # the filter of each assignment (_admissible)
-        self._counts: dict[Any, np.ndarray] = {}  # a settled wide field's admissible counts, per assignment
-        self._last_counts: dict[str, tuple[Any, np.ndarray]] = {}  # per field, the last of them, with its key
-        self._wide: dict[str, tuple[int, bool]] = {}  # Session.wide per pointer, with the session's wide_domain
+        self._counts: dict[Any, tuple[np.ndarray, list[int]]] = {}  # a settled wide field's admissible counts, per
+        self._last_counts: dict[str, tuple[Any, Any]] = {}  # assignment; per field, the last of them, with its key
         self._masks: dict[Any, bytes] = {}  # a narrow field's admissible mask, per assignment
         self.stats = DecoderStats()
         self._eos = set(vocab.eos_token_ids)
@@ -1060,13 +1059,7 @@ class Decoder:
             if len(at) > 65536:
                 at.clear()
             at[key] = slot
-        if slot is None or sub in slot[1].by_render:
-            return None
-        session = self.session
-        wide = self._wide.get(slot[0])
-        if wide is None or wide[0] != session.wide_domain:  # (a caller may change wide_domain between tokens)
-            wide = self._wide[slot[0]] = (session.wide_domain, session.wide(slot[0]))
-        if not wide[1]:
+        if slot is None or sub in slot[1].by_render or not self.session.wide(slot[0]):
             return None
         return slot[0], slot[1], (slot[2], b"", sub), False
 
@@ -1092,7 +1085,7 @@ class Decoder:
         if counts is None:
             return None
         lo, hi = m._span(new)
-        if counts[hi] <= counts[lo]:
+        if counts[1][hi] <= counts[1][lo]:
             return None
         return State(frozenset({((pc, ctr, new), pending)}))
 
@@ -1101,30 +1094,19 @@ class Decoder:
         part in the next byte: then nothing is certain, the plan empty, which :meth:`_compute_plan` finds there by
         asking the layout (``forced_bytes``, ``accepting``, ``branches``: 11 us at each digit of a clock time on
         meeting/Qwen3). Here: the first and last admissible renderings under the bytes typed, two searches in the
-        admissible counts, as :meth:`_AskedSlot.branches` does. ``False`` elsewhere (the planner then decides)."""
+        admissible counts (:func:`admissible_branches`, as the asked slot does). ``False`` elsewhere (the planner then
+        decides)."""
         place = self._slot_place(state)
         if place is None:
             return False
-        m = place[1]
-        counts = self._wide_counts(place[0], m)
-        if counts is None:
-            return False
-        sub = place[2][2]
-        lo, hi = m._span(sub)
-        below, upto = counts[lo], counts[hi]
-        if upto == below:
-            return False
-        # counts never decrease, so the first index holding below + 1 (upto) lies in (lo, hi]: the first admissible
-        # rendering starting with sub, and the last one, sit just before them
-        first = int(counts.searchsorted(below + 1)) - 1
-        last = int(counts.searchsorted(upto)) - 1
-        a, z, n = m.renders[first], m.renders[last], len(sub)
-        return len(a) > n and len(z) > n and a[n] != z[n]
+        counts = self._wide_counts(place[0], place[1])
+        return counts is not None and admissible_branches(place[1], counts[1], place[2][2])
 
-    def _wide_counts(self, pointer: str, m: EnumSlot) -> np.ndarray | None:
-        """The admissible counts below each of ``m``'s sorted renderings, where the session has settled the wide
-        field ``pointer`` under the current assignment (kept per assignment: a value's digits are asked in a row);
-        ``None`` where it has not."""
+    def _wide_counts(self, pointer: str, m: EnumSlot) -> tuple[np.ndarray, list[int]] | None:
+        """The admissible counts below each of ``m``'s sorted renderings (:func:`admissible_counts`: as an array, for
+        a row's pass in C, and as a list, for single look-ups), where the session has settled the wide field
+        ``pointer`` under the current assignment (kept per assignment: a value's digits are asked in a row); ``None``
+        where it has not."""
         fixed = self._key()
         last = self._last_counts.get(pointer)  # the digits of one value ask in a row: one identity check (the
         if last is not None and last[0] is fixed:  # session keeps its key object while the assignment stands)
@@ -1135,7 +1117,7 @@ class Decoder:
             mask = self.session.questions(pointer).settled()
             if mask is None:
                 return None  # (not kept: a later question may settle it)
-            counts = admissible_counts(m, mask)[0]
+            counts = admissible_counts(m, mask)
             if len(self._counts) > 4096:
                 self._counts.clear()
             self._counts[key] = counts
@@ -1150,9 +1132,10 @@ class Decoder:
             if place is None or not self.session.wide(place[0]):
                 return None
         pointer, m, key, may_finish = place
-        counts = self._wide_counts(pointer, m)  # the admissible count below each sorted position
-        if counts is None:
+        got = self._wide_counts(pointer, m)  # the admissible count below each sorted position
+        if got is None:
             return None
+        counts, below = got
         index = self._c.index
         table = index.wide.get(key)
         if table is None or table.matcher is not m:
@@ -1163,7 +1146,7 @@ class Decoder:
         extra: list[int] = []
         f = None
         for j, tid, data in table.checks:  # tokens running past a value: checked under the solver
-            if counts[j + 1] > counts[j]:
+            if below[j + 1] > below[j]:
                 f = f or self._admissible()
                 if self._suffix_ok(state, data, (), f):
                     extra.append(tid)

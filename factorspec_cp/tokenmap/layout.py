@@ -36,7 +36,7 @@ import threading
 import weakref
 from bisect import bisect_left
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -311,28 +311,14 @@ class _AskedSlot:
         return a[len(sub):n]
 
     def branches(self, sub: bytes) -> bool:
-        """Where settled (:meth:`_settled`): whether two admissible values whose renderings start with ``sub``, both
-        longer, differ in the byte after it (so at least two next bytes are admissible: nothing is certain there)."""
-        ends = self._ends(sub)
-        if ends is None:
-            return False
-        (a, z), n = ends, len(sub)
-        return len(a) > n and len(z) > n and a[n] != z[n]
+        """Where settled (:meth:`_settled`): :func:`admissible_branches` (nothing is certain after ``sub``)."""
+        counts = self._settled()
+        return counts is not None and admissible_branches(self.m, counts, sub)  # type: ignore[arg-type]
 
     def _ends(self, sub: bytes) -> tuple[bytes, bytes] | None:
-        """Where settled: the first and last admissible renderings (sorted) that start with ``sub``; ``None`` where
-        not settled or none does."""
+        """Where settled: :func:`admissible_ends`; ``None`` where not settled or nothing admissible starts so."""
         counts = self._settled()
-        if counts is None:
-            return None
-        lo, hi = self.m._span(sub)  # type: ignore[union-attr]
-        below, upto = counts[lo], counts[hi]
-        if upto == below:
-            return None
-        first = bisect_left(counts, below + 1, lo + 1, hi + 1) - 1  # the first and last admissible positions
-        last = bisect_left(counts, upto, lo, hi + 1) - 1
-        renders = self.m.renders  # type: ignore[union-attr]
-        return renders[first], renders[last]
+        return None if counts is None else admissible_ends(self.m, counts, sub)  # type: ignore[arg-type]
 
     def admits(self, sub: bytes) -> bool:
         k = self.m.index_of(sub)
@@ -357,6 +343,29 @@ class _AskedSlot:
 
 _MISS = object()
 _COUNTS: OrderedDict[tuple[int, bytes], tuple[Any, np.ndarray, list[int]]] = OrderedDict()
+
+
+def admissible_ends(m: EnumSlot, counts: Sequence[int], sub: bytes) -> tuple[bytes, bytes] | None:
+    """The first and last of ``m``'s sorted renderings that start with ``sub`` and render an admissible value, given
+    the admissible counts (:func:`admissible_counts`); ``None`` where none does. Counts never decrease, so these sit
+    just before the first positions in the span holding one more than its start, and its end's count."""
+    lo, hi = m._span(sub)
+    below, upto = counts[lo], counts[hi]
+    if upto == below:
+        return None
+    first = bisect_left(counts, below + 1, lo + 1, hi + 1) - 1
+    last = bisect_left(counts, upto, lo, hi + 1) - 1
+    return m.renders[first], m.renders[last]
+
+
+def admissible_branches(m: EnumSlot, counts: Sequence[int], sub: bytes) -> bool:
+    """Whether two admissible values whose renderings start with ``sub``, both longer, differ in the byte after it
+    (so at least two next bytes are admissible: nothing is certain there), given the admissible counts."""
+    ends = admissible_ends(m, counts, sub)
+    if ends is None:
+        return False
+    (a, z), n = ends, len(sub)
+    return len(a) > n and len(z) > n and a[n] != z[n]
 
 
 def admissible_counts(m: EnumSlot, mask: bytes) -> tuple[np.ndarray, list[int]]:
