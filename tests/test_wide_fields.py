@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 import factorspec_cp as fs
@@ -444,3 +445,35 @@ def test_a_wide_value_that_branches_plans_nothing_as_the_planner_finds(smollm2: 
                     assert planned == ()
             dec.consume(t)
         assert held >= 8 and inside >= held
+
+
+@pytest.mark.parametrize("people", [2, 3])
+def test_a_wide_values_row_written_in_place_equals_the_token_index_walk(smollm2: Any, people: int) -> None:
+    """``Decoder._value_fill`` (inside a settled wide value: the row written straight into the caller's, from the
+    place and counts the consume into the value kept on the frame) writes over a row of garbage exactly the tokens
+    the walk of the token index admits there (``_exact_ids``, no tables), at every position of the gold walk and of a
+    random walk in exact mode and of the gold walk in canonical mode, where it plans nothing exactly where the
+    planner does; and it is taken at the digits, from the kept place at most of them."""
+    from factorspec_cp.tokenmap.decoder import mask_to_ids
+    spec, gold = _meeting(people)
+    gold_tokens = smollm2.encode(json.dumps(gold, separators=(", ", ": "), ensure_ascii=False))
+    walks = [(dec, tokens) for dec, tokens in _meeting_walks(smollm2, people, people + 50)]
+    walks.append((fs.Spec.from_json(spec.to_json()).decoder(smollm2, mode="canonical"), gold_tokens))
+    for dec, tokens in walks:
+        taken = kept = 0
+        row = np.zeros(dec._c.words, dtype=np.int32)
+        for t in tokens:
+            frame = dec._frames[-1]
+            if frame.row is None and not frame.plan:
+                planned = dec._compute_plan(frame.state) if dec.mode == "canonical" else None
+                row[:] = -1
+                if dec._value_fill(frame, row):
+                    taken += 1
+                    kept += frame.value is not None
+                    assert mask_to_ids(row, smollm2.size).tolist() == sorted(dec._exact_ids(frame.state).tolist())
+                    if dec.mode == "canonical":
+                        assert frame.plan == () and planned == ()
+                else:
+                    assert (row == -1).all()  # declined: nothing written
+            dec.consume(t)
+        assert taken >= 8 and kept >= taken // 2

@@ -527,12 +527,20 @@ class WideTable:
                            words[runs[ra:rz]], (runs[ra:rz] - a).astype(np.int64))
         return out
 
-    def row(self, counts: np.ndarray, words: int) -> np.ndarray:
+    def row(self, counts: np.ndarray, words: int, out: np.ndarray | None = None) -> np.ndarray:
         """The packed row (uint32) of the tokens ending inside an admissible value, given the admissible counts
-        (int64): one pass in C (``_rows.wide_row``), else :meth:`row_numpy`, which computes the same."""
+        (int64): one pass in C (``_rows.wide_row``), else :meth:`row_numpy`, which computes the same. With ``out``
+        (``words`` 32-bit words, a caller's mask row): written there, over what it held, and returned."""
         if _rows is None:
-            return self.row_numpy(counts, words)
-        out = np.zeros(words, dtype=np.uint32)
+            row = self.row_numpy(counts, words)
+            if out is None:
+                return row
+            out.view(np.uint32)[:] = row
+            return out
+        if out is None:
+            out = np.zeros(words, dtype=np.uint32)
+        else:
+            out.fill(0)
         if len(self.ids):
             _rows.wide_row(out, counts, self.lo, self.hi, self.bits, self.uwords, self.starts)
         return out
@@ -628,6 +636,7 @@ class _Frame:
     token: int | None = None
     assigned: tuple[tuple[str, Any], ...] = ()
     row: tuple[Any, np.ndarray] | None = None  # the mask row here, with the assignment it was computed under
+    value: tuple[Any, Any, Any] | None = None  # inside a wide value: its place, counts and key (Decoder._in_value_at)
 
 
 def compiled_for(spec: Spec, vocab: Vocabulary, style: str | int = "compact") -> _Compiled:
@@ -1070,6 +1079,13 @@ class Decoder:
         finds byte by byte under the filter (its asked slot reads the same counts), with no event: the same core, the
         value's bytes longer. ``None`` elsewhere, and where ``data`` leaves every admissible value (the general path
         then says why)."""
+        got = self._in_value_at(state, data)
+        return None if got is None else got[0]
+
+    def _in_value_at(self, state: State, data: bytes) -> tuple[State, Any] | None:
+        """:meth:`_in_value`, with what the state after ``data`` is inside: its slot's place (:meth:`_slot_place`),
+        the admissible counts and the assignment's key they hold under (the frame keeps them for its row,
+        :meth:`_value_fill`)."""
         place = self._slot_place(state)
         if place is None:
             return None
@@ -1087,19 +1103,24 @@ class Decoder:
         lo, hi = m._span(new)
         if counts[1][hi] <= counts[1][lo]:
             return None
-        return State(frozenset({((pc, ctr, new), pending)}))
+        # the place there: the same slot, ``new`` typed (not a whole value, checked above)
+        return State(frozenset({((pc, ctr, new), pending)})), ((pointer, m, (place[2][0], b"", new), False), counts,
+                                                               self._key())
 
-    def _value_branches(self, state: State) -> bool:
+    def _value_branches(self, state: State, kept: Any = None) -> bool:
         """Whether ``state`` is inside a settled wide field's value (:meth:`_slot_place`) where two admissible values
         part in the next byte: then nothing is certain, the plan empty, which :meth:`_compute_plan` finds there by
         asking the layout (``forced_bytes``, ``accepting``, ``branches``: 11 us at each digit of a clock time on
         meeting/Qwen3). Here: the first and last admissible renderings under the bytes typed, two searches in the
         admissible counts (:func:`admissible_branches`, as the asked slot does). ``False`` elsewhere (the planner then
-        decides)."""
-        place = self._slot_place(state)
-        if place is None:
-            return False
-        counts = self._wide_counts(place[0], place[1])
+        decides). ``kept``: the frame's :attr:`_Frame.value`, where it has one."""
+        if kept is not None and kept[2] is self._key():  # what the consume into this value found
+            place, counts = kept[0], kept[1]
+        else:
+            place = self._slot_place(state)
+            if place is None:
+                return False
+            counts = self._wide_counts(place[0], place[1])
         return counts is not None and admissible_branches(place[1], counts[1], place[2][2])
 
     def _wide_counts(self, pointer: str, m: EnumSlot) -> tuple[np.ndarray, list[int]] | None:
@@ -1124,17 +1145,20 @@ class Decoder:
         self._last_counts[pointer] = (fixed, counts)
         return counts
 
-    def _wide_row(self, state: State, place: Any = None) -> np.ndarray | None:
+    def _wide_row(self, state: State, place: Any = None, got: Any = None,
+                  out: np.ndarray | None = None) -> np.ndarray | None:
         """The mask row at ``state`` from its :class:`WideTable`, where ``state`` is before or inside a wide field
-        slot whose admissible values the session has settled; ``None`` elsewhere (the walk of the token index)."""
+        slot whose admissible values the session has settled; ``None`` elsewhere (the walk of the token index). With
+        ``place`` and ``got`` (:meth:`_wide_counts`), where the caller has them; with ``out``, written there."""
         if place is None:
             place = self._wide_place(state)
             if place is None or not self.session.wide(place[0]):
                 return None
         pointer, m, key, may_finish = place
-        got = self._wide_counts(pointer, m)  # the admissible count below each sorted position
         if got is None:
-            return None
+            got = self._wide_counts(pointer, m)  # the admissible count below each sorted position
+            if got is None:
+                return None
         counts, below = got
         index = self._c.index
         table = index.wide.get(key)
@@ -1142,7 +1166,7 @@ class Decoder:
             table = WideTable.build(index, m, *key[1:])
             with index.lock:
                 _remember(index.wide, key, table, 4096)
-        out = table.row(counts, self._c.words)
+        out = table.row(counts, self._c.words, out)
         extra: list[int] = []
         f = None
         for j, tid, data in table.checks:  # tokens running past a value: checked under the solver
@@ -1153,7 +1177,7 @@ class Decoder:
         if may_finish and self.layout.finish(state, admissible=f or self._admissible()) is not None:
             extra += self._c.eos.tolist()
         if extra:
-            np.bitwise_or.at(out, *_word_bits(np.array(extra, dtype=np.int64)))
+            np.bitwise_or.at(out.view(np.uint32), *_word_bits(np.array(extra, dtype=np.int64)))
         return out.view(np.int32)
 
     def _choice_table(self, state: State, choice: Any = _NONE) -> ChoiceTable | None:
@@ -1358,7 +1382,12 @@ class Decoder:
         t = time.perf_counter()
         if row.shape != (self._c.words,) or row.dtype != np.int32:
             raise ValueError(f"a mask row is int32 of shape ({self._c.words},), not {row.dtype} {row.shape}")
-        plan = self._plan() if self.mode == "canonical" and not self._frames[-1].terminated else ()
+        frame = self._frames[-1]
+        if WIDE_TABLES and frame.row is None and not frame.plan and not frame.terminated and self._value_fill(frame, row):
+            self.stats.masks += 1
+            self.stats.mask_seconds += time.perf_counter() - t
+            return
+        plan = self._plan() if self.mode == "canonical" and not frame.terminated else ()
         if plan:
             t0 = plan[0].token
             row[:] = 0
@@ -1368,6 +1397,31 @@ class Decoder:
             row[:] = self._exact_row()
         self.stats.masks += 1
         self.stats.mask_seconds += time.perf_counter() - t
+
+    def _value_fill(self, frame: _Frame, row: np.ndarray) -> bool:
+        """Where ``frame`` is inside a settled wide field's value (:meth:`_slot_place`: each digit of a clock time,
+        most of meeting's choices) with no certain next byte: its :class:`WideTable` row written straight into the
+        caller's ``row``, the slot and the admissible counts found once for the plan (empty:
+        :meth:`_value_branches`) and the row, where :meth:`_plan` and :meth:`_exact_row` each found them, the row
+        went into a new array and was copied out. ``False`` (nothing written) elsewhere, and where a byte is
+        certain: the planner's run then. The row is not kept on the frame (a position inside a value is met once;
+        a verify step's redo computes it again)."""
+        kept = frame.value
+        if kept is not None and kept[2] is self._key():  # what the consume into this value found
+            place, got = kept[0], kept[1]
+        else:
+            place = self._slot_place(frame.state)
+            if place is None:
+                return False
+            got = self._wide_counts(place[0], place[1])
+            if got is None:
+                return False
+        if frame.plan is None and self.mode == "canonical":
+            if not admissible_branches(place[1], got[1], place[2][2]):
+                return False
+            frame.plan = ()
+        self._wide_row(frame.state, place, got, row)
+        return True
 
     def allowed_tokens(self) -> np.ndarray:
         """The admitted ids as a sorted array (what :meth:`fill_mask` writes)."""
@@ -1380,7 +1434,7 @@ class Decoder:
         frame = self._frames[-1]
         if frame.plan is None:
             t = time.perf_counter()
-            if self._free_choice(frame.state) or WIDE_TABLES and self._value_branches(frame.state):
+            if self._free_choice(frame.state) or WIDE_TABLES and self._value_branches(frame.state, frame.value):
                 frame.plan = ()  # not kept in the cache: a long string's states would crowd the others out
             else:
                 key = (frame.state, self._key())
@@ -1601,9 +1655,9 @@ class Decoder:
                 self.stats.consume_seconds += time.perf_counter() - t0
                 return
         if WIDE_TABLES:  # inside a settled wide field's value, a token that stays inside it: one span look-up
-            inside = self._in_value(frame.state, data)
+            inside = self._in_value_at(frame.state, data)
             if inside is not None:
-                self._frames.append(_Frame(inside, pushed=False, plan=rest or None, token=token))
+                self._frames.append(_Frame(inside[0], pushed=False, plan=rest or None, token=token, value=inside[1]))
                 self.stats.consume_seconds += time.perf_counter() - t0
                 return
         pushed = False  # the assignment is saved at the first value the token completes (most complete none)
