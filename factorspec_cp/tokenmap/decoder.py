@@ -407,6 +407,13 @@ class WideTable:
     checks: tuple[tuple[int, int, bytes], ...]  # (sorted position of the rendering, token id, token bytes)
     uwords: np.ndarray  # the distinct words, and where each one's run of tokens starts (a row ORs each run's bits)
     starts: np.ndarray
+    # the C pass's one int64 array: [n, runs, lo, hi, bits, uwords, starts] (``_rows.wide_fill``)
+    packed: np.ndarray = dc_field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        packed = np.concatenate((np.array([len(self.ids), len(self.uwords)], dtype=np.int64), self.lo, self.hi,
+                                 self.bits.astype(np.int64), self.uwords, self.starts)).astype(np.int64, copy=False)
+        object.__setattr__(self, "packed", packed)
 
     @classmethod
     def build(cls, index: TokenIndex, m: EnumSlot, before: bytes, sub: bytes) -> WideTable:
@@ -529,8 +536,9 @@ class WideTable:
 
     def row(self, counts: np.ndarray, words: int, out: np.ndarray | None = None) -> np.ndarray:
         """The packed row (uint32) of the tokens ending inside an admissible value, given the admissible counts
-        (int64): one pass in C (``_rows.wide_row``), else :meth:`row_numpy`, which computes the same. With ``out``
-        (``words`` 32-bit words, a caller's mask row): written there, over what it held, and returned."""
+        (int64): one pass in C (``_rows.wide_fill``, which clears the row first), else :meth:`row_numpy`, which
+        computes the same. With ``out`` (``words`` 32-bit words, a caller's mask row): written there, over what it
+        held, and returned."""
         if _rows is None:
             row = self.row_numpy(counts, words)
             if out is None:
@@ -538,11 +546,8 @@ class WideTable:
             out.view(np.uint32)[:] = row
             return out
         if out is None:
-            out = np.zeros(words, dtype=np.uint32)
-        else:
-            out.fill(0)
-        if len(self.ids):
-            _rows.wide_row(out, counts, self.lo, self.hi, self.bits, self.uwords, self.starts)
+            out = np.empty(words, dtype=np.uint32)
+        _rows.wide_fill(out, counts, self.packed)
         return out
 
     def row_numpy(self, counts: np.ndarray, words: int) -> np.ndarray:
@@ -1420,7 +1425,11 @@ class Decoder:
             if not admissible_branches(place[1], got[1], place[2][2]):
                 return False
             frame.plan = ()
-        self._wide_row(frame.state, place, got, row)
+        table = self._c.index.wide.get(place[2])
+        if table is None or table.matcher is not place[1] or table.checks or _rows is None:
+            self._wide_row(frame.state, place, got, row)  # (a table to build, or tokens to check: the general row)
+        else:  # most digits: one call
+            _rows.wide_fill(row, got[0], table.packed)
         return True
 
     def allowed_tokens(self) -> np.ndarray:
