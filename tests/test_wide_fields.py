@@ -453,7 +453,8 @@ def test_a_wide_values_row_written_in_place_equals_the_token_index_walk(smollm2:
     place and counts the consume into the value kept on the frame) writes over a row of garbage exactly the tokens
     the walk of the token index admits there (``_exact_ids``, no tables), at every position of the gold walk and of a
     random walk in exact mode and of the gold walk in canonical mode, where it plans nothing exactly where the
-    planner does; and it is taken at the digits, from the kept place at most of them."""
+    planner does, and the place it hands the general path where it declines is the slot's; and it is taken at the
+    digits, from the kept place at most of them."""
     from factorspec_cp.tokenmap.decoder import mask_to_ids
     spec, gold = _meeting(people)
     gold_tokens = smollm2.encode(json.dumps(gold, separators=(", ", ": "), ensure_ascii=False))
@@ -467,7 +468,9 @@ def test_a_wide_values_row_written_in_place_equals_the_token_index_walk(smollm2:
             if frame.row is None and not frame.plan:
                 planned = dec._compute_plan(frame.state) if dec.mode == "canonical" else None
                 row[:] = -1
-                if dec._value_fill(frame, row):
+                written, place = dec._value_fill(frame, row)
+                assert place == dec._slot_place(frame.state)  # (what it hands the general row when declining)
+                if written:
                     taken += 1
                     kept += frame.value is not None
                     assert mask_to_ids(row, smollm2.size).tolist() == sorted(dec._exact_ids(frame.state).tolist())

@@ -918,7 +918,9 @@ class Decoder:
             st = st2
         return st
 
-    def _exact_row(self) -> np.ndarray:
+    def _exact_row(self, place: Any = _NONE) -> np.ndarray:
+        """The mask row at the current position (kept on its frame). ``place``: :meth:`_slot_place` of its state,
+        where the caller found it."""
         frame = self._frames[-1]
         if frame.terminated:
             return np.zeros(self._c.words, dtype=np.int32)
@@ -927,12 +929,13 @@ class Decoder:
         if kept is not None and (kept[0] is fixed or kept[0] == fixed):
             self.stats.mask_hits += 1
             return kept[1]
-        row = self._row_at(frame.state, fixed)
+        row = self._row_at(frame.state, fixed, place)
         frame.row = (fixed, row)
         return row
 
-    def _row_at(self, state: State, fixed: Any) -> np.ndarray:
-        place = self._slot_place(state) if WIDE_TABLES else None
+    def _row_at(self, state: State, fixed: Any, place: Any = _NONE) -> np.ndarray:
+        if place is _NONE:
+            place = self._slot_place(state) if WIDE_TABLES else None
         if place is not None:  # inside a settled wide field's value (each digit of a clock time): its WideTable
             row = self._wide_row(state, place=place)
             if row is not None:  # (not kept in the shared LRU: a state inside a value is met once per record, and
@@ -1388,10 +1391,13 @@ class Decoder:
         if row.shape != (self._c.words,) or row.dtype != np.int32:
             raise ValueError(f"a mask row is int32 of shape ({self._c.words},), not {row.dtype} {row.shape}")
         frame = self._frames[-1]
-        if WIDE_TABLES and frame.row is None and not frame.plan and not frame.terminated and self._value_fill(frame, row):
-            self.stats.masks += 1
-            self.stats.mask_seconds += time.perf_counter() - t
-            return
+        place = _NONE
+        if WIDE_TABLES and frame.row is None and not frame.plan and not frame.terminated:
+            written, place = self._value_fill(frame, row)
+            if written:
+                self.stats.masks += 1
+                self.stats.mask_seconds += time.perf_counter() - t
+                return
         plan = self._plan() if self.mode == "canonical" and not frame.terminated else ()
         if plan:
             t0 = plan[0].token
@@ -1399,17 +1405,18 @@ class Decoder:
             bit = 1 << (t0 & 31)
             row[t0 >> 5] = bit - (1 << 32) if bit >> 31 else bit  # (as int32)
         else:
-            row[:] = self._exact_row()
+            row[:] = self._exact_row(place)
         self.stats.masks += 1
         self.stats.mask_seconds += time.perf_counter() - t
 
-    def _value_fill(self, frame: _Frame, row: np.ndarray) -> bool:
+    def _value_fill(self, frame: _Frame, row: np.ndarray) -> tuple[bool, Any]:
         """Where ``frame`` is inside a settled wide field's value (:meth:`_slot_place`: each digit of a clock time,
         most of meeting's choices) with no certain next byte: its :class:`WideTable` row written straight into the
         caller's ``row``, the slot and the admissible counts found once for the plan (empty:
         :meth:`_value_branches`) and the row, where :meth:`_plan` and :meth:`_exact_row` each found them, the row
         went into a new array and was copied out. ``False`` (nothing written) elsewhere, and where a byte is
-        certain: the planner's run then. The row is not kept on the frame (a position inside a value is met once;
+        certain: the planner's run then; with the slot's place found (``None``: not inside a wide value), which
+        :meth:`_row_at` takes instead of finding it again. The row is not kept on the frame (a position inside a value is met once;
         a verify step's redo computes it again)."""
         kept = frame.value
         if kept is not None and kept[2] is self._key():  # what the consume into this value found
@@ -1417,20 +1424,20 @@ class Decoder:
         else:
             place = self._slot_place(frame.state)
             if place is None:
-                return False
+                return False, None
             got = self._wide_counts(place[0], place[1])
             if got is None:
-                return False
+                return False, place
         if frame.plan is None and self.mode == "canonical":
             if not admissible_branches(place[1], got[1], place[2][2]):
-                return False
+                return False, place
             frame.plan = ()
         table = self._c.index.wide.get(place[2])
         if table is None or table.matcher is not place[1] or table.checks or _rows is None:
             self._wide_row(frame.state, place, got, row)  # (a table to build, or tokens to check: the general row)
         else:  # most digits: one call
             _rows.wide_fill(row, got[0], table.packed)
-        return True
+        return True, place
 
     def allowed_tokens(self) -> np.ndarray:
         """The admitted ids as a sorted array (what :meth:`fill_mask` writes)."""
@@ -1463,7 +1470,8 @@ class Decoder:
         the verify step whose logits that choice is sampled from (off the path between the forward pass and the
         sampler; a constraint worker publishes this row with the draft). With no plan: the row here. What was
         taken is undone even where the row fails. With :data:`ROW_AFTER_FORCED`, also the row after the first token
-        of the fixed bytes held back at the run's end (:meth:`_forced_token`). (Assigning the plan's values for the
+        of the fixed bytes held back at the run's end (:meth:`_forced_token`), but before a settled wide field's value.
+        (Assigning the plan's values for the
         while instead, without taking its tokens, measured 15% more CPU per token on trip with a free note, for no
         gain on meeting.)"""
         taken = 0
@@ -1472,7 +1480,10 @@ class Decoder:
                 self.consume(step.token)
                 taken += 1
             self._exact_row()
-            tid = self._forced_token() if ROW_AFTER_FORCED else None
+            # before a settled wide field's value (its row here from a WideTable), the row after the held-back bytes
+            # is inside the value, where a fill writes it in one call (_value_fill): not computed ahead
+            wide = self._c.wide_at.get(self._frames[-1].state) is not None
+            tid = self._forced_token() if ROW_AFTER_FORCED and not wide else None
             if tid is not None:  # the bytes every record writes next, held back as a token could run past them
                 self.consume(tid)
                 taken += 1
