@@ -207,3 +207,46 @@ def test_choice_table_rows_equal_the_walk(vocab_name, name):
     assert used >= 6  # the tables answered at some positions of each group
     tables = {id(spec.decoder(v)._c.choices) for spec in CHOICE_SPECS[name]}
     assert len(tables) == 1  # one schema: the group's declarations share one set of tables
+
+
+def _frame_view(dec: Any) -> list[tuple[Any, ...]]:
+    return [(f.state, f.pushed, f.token, f.assigned, tuple(s.token for s in f.plan or ()), f.terminated)
+            for f in dec._frames]
+
+
+@pytest.mark.parametrize("name", ["note", "tool-call", "meeting"])  # (a trip's one run ends the record)
+def test_taking_a_plan_at_once_equals_consuming_its_tokens(vocab, name):
+    """``Decoder._take`` (a certain run's tokens in one call: what the row computed ahead at a run's end takes and
+    undoes) leaves the frames and the session's assignment that consuming the tokens one by one leaves, at each
+    certain run of a random canonical walk; undone and taken again (the frames a rollback keeps), the same again."""
+    from factorspec_cp.workloads import meeting
+    src = meeting.declaration(next(e for k, e in enumerate(meeting.examples()) if k == 1)) if name == "meeting" \
+        else SPECS[name]
+    spec = Spec.from_json(json.loads(json.dumps(src.to_json())))
+    fresh = Spec.from_json(json.loads(json.dumps(spec.to_json())))
+    a, b = spec.decoder(vocab), fresh.decoder(vocab)
+    rng = random.Random(11)
+    runs = 0
+    for _ in range(200):
+        if a.is_terminated():
+            break
+        plan = a._plan()
+        assert [s.token for s in plan] == [s.token for s in b._plan()]
+        if plan and plan[-1].state is not None:
+            for again in (False, True):
+                if again:
+                    a.rollback(len(plan))
+                    b.rollback(len(plan))
+                assert a._take(a._frames[-1].plan) == len(plan)
+                for s in plan:
+                    b.consume(s.token)
+                assert _frame_view(a) == _frame_view(b)
+                assert a.session.fixed_key() == b.session.fixed_key()
+            runs += 1
+            continue
+        ids = a.allowed_tokens()
+        assert np.array_equal(ids, b.allowed_tokens())
+        t = int(ids[rng.randrange(len(ids))])
+        a.consume(t)
+        b.consume(t)
+    assert runs >= (5 if name == "meeting" else 1)
