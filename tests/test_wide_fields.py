@@ -480,3 +480,24 @@ def test_a_wide_values_row_written_in_place_equals_the_token_index_walk(smollm2:
                     assert (row == -1).all()  # declined: nothing written
             dec.consume(t)
         assert taken >= 8 and kept >= taken // 2
+
+
+def test_a_strided_mask_row_gets_the_rows_a_contiguous_one_gets(smollm2: Any) -> None:
+    """``fill_mask`` into a strided row (a column of a batch's array: the row written in place inside a wide value
+    needs a contiguous one) writes what it writes into a contiguous row, at every position of a meeting's gold walk
+    in both modes, the fresh fill inside a value first."""
+    spec, gold = _meeting(2)
+    tokens = smollm2.encode(json.dumps(gold, separators=(", ", ": "), ensure_ascii=False))
+    for mode in ("exact", "canonical"):
+        dec = fs.Spec.from_json(spec.to_json()).decoder(smollm2, mode=mode)
+        words = dec._c.words
+        inside = 0
+        for t in tokens:
+            strided = np.full((words, 2), -1, dtype=np.int32)[:, 0]
+            dec.fill_mask(strided)
+            inside += dec._frames[-1].value is not None
+            row = np.full(words, -1, dtype=np.int32)
+            dec.fill_mask(row)
+            assert np.array_equal(strided, row)
+            dec.consume(t)
+        assert inside >= 4

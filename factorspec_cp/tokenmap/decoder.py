@@ -1392,8 +1392,8 @@ class Decoder:
             raise ValueError(f"a mask row is int32 of shape ({self._c.words},), not {row.dtype} {row.shape}")
         frame = self._frames[-1]
         place = _NONE
-        if WIDE_TABLES and frame.row is None and not frame.plan and not frame.terminated:
-            written, place = self._value_fill(frame, row)
+        if WIDE_TABLES and frame.row is None and not frame.plan and not frame.terminated and row.flags.c_contiguous:
+            written, place = self._value_fill(frame, row)  # (a strided row, a column of a batch: the copy below)
             if written:
                 self.stats.masks += 1
                 self.stats.mask_seconds += time.perf_counter() - t
