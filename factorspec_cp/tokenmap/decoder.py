@@ -1410,14 +1410,15 @@ class Decoder:
         self.stats.mask_seconds += time.perf_counter() - t
 
     def _value_fill(self, frame: _Frame, row: np.ndarray) -> tuple[bool, Any]:
-        """Where ``frame`` is inside a settled wide field's value (:meth:`_slot_place`: each digit of a clock time,
-        most of meeting's choices) with no certain next byte: its :class:`WideTable` row written straight into the
-        caller's ``row``, the slot and the admissible counts found once for the plan (empty:
-        :meth:`_value_branches`) and the row, where :meth:`_plan` and :meth:`_exact_row` each found them, the row
-        went into a new array and was copied out. ``False`` (nothing written) elsewhere, and where a byte is
-        certain: the planner's run then; with the slot's place found (``None``: not inside a wide value), which
-        :meth:`_row_at` takes instead of finding it again. The row is not kept on the frame (a position inside a value is met once;
-        a verify step's redo computes it again)."""
+        """Write the mask row into the caller's ``row`` where ``frame`` is inside a settled wide field's value
+        (:meth:`_slot_place`: each digit of a clock time, most of meeting's choices) and no next byte is certain: its
+        :class:`WideTable` row in one C call, from the place and admissible counts the consume into the value kept on
+        the frame, the plan set empty (:meth:`_value_branches`). Before, :meth:`_plan` and :meth:`_exact_row` each
+        found the slot and the counts, and the row went into a new array and was copied out. Returns ``(written,
+        place)``: nothing is written elsewhere, nor where a byte is certain (the planner's run then); ``place`` is the
+        slot's place (``None``: not inside a wide value), which :meth:`_row_at` then takes instead of finding it
+        again. The row is not kept on the frame (a position inside a value is met once; a verify step's redo computes
+        it again)."""
         kept = frame.value
         if kept is not None and kept[2] is self._key():  # what the consume into this value found
             place, got = kept[0], kept[1]
