@@ -1,4 +1,4 @@
-/* Mask rows of wide field slots (factorspec_cp/tokenmap/decoder.py, WideTable.row drives it).
+/* Mask rows of wide field slots (factorspec_cp/tokenmap/decoder.py: WideTable.row and Decoder._value_fill call it).
 
    A WideTable lists the tokens that end inside a value of a wide slot, each with the span [lo, hi) of the sorted
    renderings it is a prefix of, grouped into runs by the mask word its bit falls in. Given the admissible counts
@@ -20,8 +20,8 @@ static PyObject *wide_fill(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     Py_ssize_t nwords = out.len / 4, ncounts = counts.len / 8, len = packed.len / 8;
     const int64_t *p = (const int64_t *)packed.buf;
-    if (out.len % 4 || counts.len % 8 || packed.len % 8 || len < 2 || p[0] < 0 || p[1] < 0 ||
-        len != 2 + 3 * p[0] + 2 * p[1]) {
+    if (out.len % 4 || counts.len % 8 || packed.len % 8 || len < 2 || p[0] < 0 || p[1] < 0 || p[0] > len ||
+        p[1] > len || len != 2 + 3 * p[0] + 2 * p[1]) {
         PyErr_SetString(PyExc_ValueError, "wide_fill: 32-bit out words, int64 counts, and an int64 table "
                                           "[n, runs, lo[n], hi[n], bits[n], uwords[runs], starts[runs]]");
         goto done;

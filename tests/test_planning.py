@@ -233,6 +233,8 @@ def test_taking_a_plan_at_once_equals_consuming_its_tokens(vocab, name):
         plan = a._plan()
         assert [s.token for s in plan] == [s.token for s in b._plan()]
         if plan and plan[-1].state is not None:
+            a._redo.clear()  # (the row ahead took and undid the run with _take: new frames first, then kept ones)
+            b._redo.clear()
             for again in (False, True):
                 if again:
                     a.rollback(len(plan))
@@ -242,6 +244,8 @@ def test_taking_a_plan_at_once_equals_consuming_its_tokens(vocab, name):
                     b.consume(s.token)
                 assert _frame_view(a) == _frame_view(b)
                 assert a.session.fixed_key() == b.session.fixed_key()
+                assert a.session._assigned == b.session._assigned
+                assert len(a.session._stack) == len(b.session._stack)
             runs += 1
             continue
         ids = a.allowed_tokens()
@@ -250,3 +254,37 @@ def test_taking_a_plan_at_once_equals_consuming_its_tokens(vocab, name):
         a.consume(t)
         b.consume(t)
     assert runs >= (5 if name == "meeting" else 1)
+
+
+@pytest.mark.parametrize("name", ["note", "tool-call", "meeting", "calendar"])
+def test_a_drafts_empty_plan_computes_the_row_the_fill_would(vocab, name):
+    """Where the engine asks for its draft (``certain_run``) and nothing is certain, the row there is computed with
+    the plan (ready when the forward pass's logits are) and the fill takes it: the mask equals the one a decoder that
+    was never asked for a draft computes at the fill, at every position of a random canonical walk."""
+    from factorspec_cp.workloads import calendar, meeting
+    if name == "meeting":
+        src = meeting.declaration(next(e for k, e in enumerate(meeting.examples()) if k == 1))
+    elif name == "calendar":
+        src = calendar.declaration(calendar.problem(next(e for k, e in enumerate(calendar.examples()) if k == 1)))
+    else:
+        src = SPECS[name]
+    spec = Spec.from_json(json.loads(json.dumps(src.to_json())))
+    fresh = Spec.from_json(json.loads(json.dumps(spec.to_json())))
+    a, b = spec.decoder(vocab), fresh.decoder(vocab)
+    rng = random.Random(5)
+    ahead = 0
+    for _ in range(300):
+        if a.is_terminated():
+            break
+        run = a.certain_run(1)
+        if not run:
+            assert a._frames[-1].row is not None  # computed with the (empty) draft
+            ahead += 1
+        hits = a.stats.mask_hits
+        ids = a.allowed_tokens()
+        assert a.stats.mask_hits == hits + (not run)  # the fill took it
+        assert np.array_equal(ids, b.allowed_tokens())
+        t = run[0] if run else int(ids[rng.randrange(len(ids))])
+        a.consume(t)
+        b.consume(t)
+    assert ahead >= (1 if name in ("note", "calendar") else 3)  # (their records are nearly all certain)

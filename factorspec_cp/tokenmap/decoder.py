@@ -70,6 +70,9 @@ try:
     from .. import _rows
 except ImportError:  # pragma: no cover - the extension is built by pip; without it wide rows take numpy's path
     _rows = None
+if _rows is not None and not hasattr(_rows, "wide_fill"):  # pragma: no cover - a build from before wide_fill
+    raise ImportError("factorspec_cp._rows is out of date (no wide_fill): rebuild it, "
+                      "pip install --no-build-isolation -e .")
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -214,7 +217,8 @@ PRIME_ROWS_SECONDS = 0.005
 #: a newly planned certain run also computes the mask row where it ends (:meth:`Decoder._row_after`)
 ROW_AHEAD = True
 #: with the row where a certain run ends, the row after the first token of the fixed bytes that follow (held back
-#: where a longer token could run past them: the `` "`` before a clock time): the first choice inside the value
+#: where a longer token could run past them: the `` "`` before a value): the first choice inside the value (not
+#: before a settled wide field's value, a clock time's, whose rows inside come from its WideTable in one call)
 ROW_AFTER_FORCED = True
 #: how many of those fixed bytes :meth:`Decoder._forced_token` collects to find their first token
 FORCED_AHEAD_BYTES = 16
@@ -1415,10 +1419,11 @@ class Decoder:
         :class:`WideTable` row in one C call, from the place and admissible counts the consume into the value kept on
         the frame, the plan set empty (:meth:`_value_branches`). Before, :meth:`_plan` and :meth:`_exact_row` each
         found the slot and the counts, and the row went into a new array and was copied out. Returns ``(written,
-        place)``: nothing is written elsewhere, nor where a byte is certain (the planner's run then); ``place`` is the
-        slot's place (``None``: not inside a wide value), which :meth:`_row_at` then takes instead of finding it
-        again. The row is not kept on the frame (a position inside a value is met once; a verify step's redo computes
-        it again)."""
+        place)``: nothing is written elsewhere, nor, in canonical mode, where a byte is certain (the planner's run
+        then; exact mode writes the row there too); ``place`` is the slot's place (``None``: not inside a wide value),
+        which :meth:`_row_at` then takes instead of finding it again. The row is not kept on the frame (a position
+        inside a value is met once; a verify step's redo computes it again). Where the engine asked for its draft
+        first (:meth:`certain_run`), the row was computed then and this is not reached."""
         kept = frame.value
         if kept is not None and kept[2] is self._key():  # what the consume into this value found
             place, got = kept[0], kept[1]
@@ -1447,7 +1452,12 @@ class Decoder:
         return mask_to_ids(row, self.vocab.size)
 
     # -- certain runs -------------------------------------------------------------------------------------------
-    def _plan(self) -> tuple[_Step, ...]:
+    def _plan(self, ahead: bool = False) -> tuple[_Step, ...]:
+        """The current position's certain run (planned once per position). A newly planned run also computes the
+        mask row where it ends (:meth:`_row_after`); with ``ahead`` (the engine asking for its draft,
+        :meth:`certain_run`), an empty run computes the row here, where the model chooses next: as at a run's end, the
+        row is then ready when the forward pass's logits are (the constraint service computes it while the engine
+        runs that pass), and the fill copies it."""
         frame = self._frames[-1]
         if frame.plan is None:
             t = time.perf_counter()
@@ -1462,6 +1472,8 @@ class Decoder:
                 frame.plan = plan
                 if fresh and ROW_AHEAD and plan and plan[-1].state is not None and self.mode == "canonical":
                     self._row_after(plan)
+            if ahead and ROW_AHEAD and not frame.plan and frame.row is None and self.mode == "canonical":
+                self._exact_row()  # the model chooses here: its row with the (empty) draft
             self.stats.plan_seconds += time.perf_counter() - t
         return frame.plan
 
@@ -1471,16 +1483,19 @@ class Decoder:
         the verify step whose logits that choice is sampled from (off the path between the forward pass and the
         sampler; a constraint worker publishes this row with the draft). With no plan: the row here. What was
         taken is undone even where the row fails. With :data:`ROW_AFTER_FORCED`, also the row after the first token
-        of the fixed bytes held back at the run's end (:meth:`_forced_token`), but before a settled wide field's value.
+        of the fixed bytes held back at the run's end (:meth:`_forced_token`), except before a settled wide field's
+        value.
         (Assigning the plan's values for the while instead, without taking its tokens, measured 15% more CPU per token
         on trip with a free note, for no gain on meeting.)"""
         start = len(self._frames)
         try:
             self._take(plan)
             self._exact_row()
-            # before a settled wide field's value (its row here from a WideTable), the row after the held-back bytes
-            # is inside the value, where a fill writes it in one call (_value_fill): not computed ahead
-            wide = self._c.wide_at.get(self._frames[-1].state) is not None
+            # before a settled wide field's value, the row after the held-back bytes is inside the value, where a
+            # fill writes it in one call (_value_fill) or a draft's plan computes it (_plan): not computed ahead here
+            place = self._wide_place(self._frames[-1].state)
+            wide = place is not None and self.session.wide(place[0]) and \
+                self._wide_counts(place[0], place[1]) is not None
             tid = self._forced_token() if ROW_AFTER_FORCED and not wide else None
             if tid is not None:  # the bytes every record writes next, held back as a token could run past them
                 self.consume(tid)
@@ -1655,7 +1670,7 @@ class Decoder:
         ends. Consuming them in order is always admitted."""
         if self._frames[-1].terminated or max_tokens <= 0:
             return []
-        return [step.token for step in self._plan()[:max_tokens]]
+        return [step.token for step in self._plan(ahead=True)[:max_tokens]]
 
     # -- consuming ----------------------------------------------------------------------------------------------
     def consume(self, token: int) -> None:
