@@ -237,8 +237,8 @@ def run_masks(per_size: int = 4, calendar_n: int = 10, meeting_n: int = 3, bfcl_
             "masks_per_s": round(len(g["fill"]) / sum(g["fill"]), 1),
             "xgrammar_masks_per_s": round(len(g["xg_fill"]) / sum(g["xg_fill"]), 1),
             "p99_ratio": round(percentile(g["fill"], 99) / percentile(g["xg_fill"], 99), 2),
-            "p99_ratio_choice": (round(percentile(choice, 99) / percentile(g["xg_choice"], 99), 2)
-                                 if choice else None),
+            "p99_ratio_choice": (float(f"{percentile(choice, 99) / percentile(g['xg_choice'], 99):.3g}")
+                                 if choice else None),  # (3 significant digits: a tool call's is about 0.001)
             "cpu_us_per_token": round(g["cpu"] / g["tokens"] * 1e6, 2),
             "xgrammar_cpu_us_per_token": round(g["xg_cpu"] / g["tokens"] * 1e6, 2),
             "cpu_us_per_token_p50": round(percentile(ours_pr, 50) * 1e6, 2),
@@ -283,7 +283,7 @@ def report_md(res: dict[str, Any]) -> str:
             f"| {key} | {r['records']} | {r['tokens']} | {r['certain_share']:.1%} | "
             f"{r.get('cpu_us_per_token_p50', 0):.1f} / {r.get('xgrammar_cpu_us_per_token_p50', 0):.1f} | "
             f"{r.get('cpu_ratio_p50', '')} | {c.get('p50', 0):.3f} / {c.get('p99', 0):.3f} | "
-            f"{xc.get('p50', 0):.4f} / {xc.get('p99', 0):.4f} | {r.get('p99_ratio_choice') or ''} | "
+            f"{xc.get('p50', 0):.4f} / {xc.get('p99', 0):.4f} | {'' if r.get('p99_ratio_choice') is None else r['p99_ratio_choice']} | "
             f"{m['p99']:.3f} / {x['p99']:.4f} | {su.get('p50', 0):.1f} / {su.get('p99', 0):.1f} | "
             f"{xs.get('p50', 0):.1f} / {xs.get('p99', 0):.1f} | {r['solver_us_per_token']:.1f} |")
     strings = [(k, r["first_string_mask_ms"]) for k, r in res["rows"].items()
