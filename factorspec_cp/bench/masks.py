@@ -278,12 +278,13 @@ def report_md(res: dict[str, Any]) -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for key, r in res["rows"].items():
         m, c, x = r["mask_ms"], r["mask_ms_choice"], r["xgrammar_mask_ms"]
+        pc = r.get("p99_ratio_choice")
         xc, su, xs = r.get("xgrammar_mask_ms_choice", {}), r.get("setup_ms", {}), r.get("xgrammar_compile_ms", {})
         lines.append(
             f"| {key} | {r['records']} | {r['tokens']} | {r['certain_share']:.1%} | "
             f"{r.get('cpu_us_per_token_p50', 0):.1f} / {r.get('xgrammar_cpu_us_per_token_p50', 0):.1f} | "
             f"{r.get('cpu_ratio_p50', '')} | {c.get('p50', 0):.3f} / {c.get('p99', 0):.3f} | "
-            f"{xc.get('p50', 0):.4f} / {xc.get('p99', 0):.4f} | {'' if r.get('p99_ratio_choice') is None else r['p99_ratio_choice']} | "
+            f"{xc.get('p50', 0):.4f} / {xc.get('p99', 0):.4f} | {'' if pc is None else pc} | "
             f"{m['p99']:.3f} / {x['p99']:.4f} | {su.get('p50', 0):.1f} / {su.get('p99', 0):.1f} | "
             f"{xs.get('p50', 0):.1f} / {xs.get('p99', 0):.1f} | {r['solver_us_per_token']:.1f} |")
     strings = [(k, r["first_string_mask_ms"]) for k, r in res["rows"].items()
