@@ -94,11 +94,14 @@ class Workload:
 def walk(spec: Spec, vocab: Vocabulary, mode: str, rng: random.Random, *, rollback_p: float = 0.05,
          style: str | int = "compact") -> dict[str, Any]:
     """One uniform random walk; returns the record, positions, rollbacks and mask mismatches on replay. The decoder
-    is primed first, as a server does (its set-up builds choice tables and rows ahead)."""
+    is primed first, as a server does (its set-up builds choice tables and rows ahead); in canonical mode the draft is
+    asked for before each mask, as an engine does (where nothing is certain it computes the row there)."""
     dec = spec.decoder(vocab, mode=mode, style=style).prime()
     history: list[tuple[int, np.ndarray]] = []
     rollbacks = mismatches = 0
     while not dec.is_terminated():
+        if mode == "canonical":
+            dec.certain_run(64)  # the engine asks for its draft first (where nothing is certain: the row there)
         ids = dec.allowed_tokens()
         if not len(ids):
             raise AssertionError(f"no token admitted after {dec.output()!r}")
@@ -110,6 +113,8 @@ def walk(spec: Spec, vocab: Vocabulary, mode: str, rng: random.Random, *, rollba
             dec.rollback(k)
             rollbacks += 1
             for t, seen in history[-k:]:
+                if mode == "canonical" and rng.random() < 0.5:
+                    dec.certain_run(64)  # (on replay, the draft asked again or not: the masks agree either way)
                 if not np.array_equal(dec.allowed_tokens(), seen):
                     mismatches += 1
                 dec.consume(t)
