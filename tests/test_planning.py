@@ -209,6 +209,20 @@ def test_choice_table_rows_equal_the_walk(vocab_name, name):
     assert len(tables) == 1  # one schema: the group's declarations share one set of tables
 
 
+def _decoder_pair(vocab: Vocabulary, name: str) -> tuple[Any, Any]:
+    """Two canonical decoders of one declaration (``SPECS[name]``, or a meeting or calendar problem), each on a copy
+    of its own: no cache shared between them or with other tests."""
+    from factorspec_cp.workloads import calendar, meeting
+    if name == "meeting":
+        src = meeting.declaration(next(e for k, e in enumerate(meeting.examples()) if k == 1))
+    elif name == "calendar":
+        src = calendar.declaration(calendar.problem(next(e for k, e in enumerate(calendar.examples()) if k == 1)))
+    else:
+        src = SPECS[name]
+    a, b = (Spec.from_json(json.loads(json.dumps(src.to_json()))) for _ in range(2))
+    return a.decoder(vocab), b.decoder(vocab)
+
+
 def _frame_view(dec: Any) -> list[tuple[Any, ...]]:
     return [(f.state, f.pushed, f.token, f.assigned, tuple(s.token for s in f.plan or ()), f.terminated)
             for f in dec._frames]
@@ -219,12 +233,7 @@ def test_taking_a_plan_at_once_equals_consuming_its_tokens(vocab, name):
     """``Decoder._take`` (a certain run's tokens in one call: what the row computed ahead at a run's end takes and
     undoes) leaves the frames and the session's assignment that consuming the tokens one by one leaves, at each
     certain run of a random canonical walk; undone and taken again (the frames a rollback keeps), the same again."""
-    from factorspec_cp.workloads import meeting
-    src = meeting.declaration(next(e for k, e in enumerate(meeting.examples()) if k == 1)) if name == "meeting" \
-        else SPECS[name]
-    spec = Spec.from_json(json.loads(json.dumps(src.to_json())))
-    fresh = Spec.from_json(json.loads(json.dumps(spec.to_json())))
-    a, b = spec.decoder(vocab), fresh.decoder(vocab)
+    a, b = _decoder_pair(vocab, name)
     rng = random.Random(11)
     runs = 0
     for _ in range(200):
@@ -261,16 +270,7 @@ def test_a_drafts_empty_plan_computes_the_row_the_fill_would(vocab, name):
     """Where the engine asks for its draft (``certain_run``) and nothing is certain, the row there is computed with
     the plan (ready when the forward pass's logits are) and the fill takes it: the mask equals the one a decoder that
     was never asked for a draft computes at the fill, at every position of a random canonical walk."""
-    from factorspec_cp.workloads import calendar, meeting
-    if name == "meeting":
-        src = meeting.declaration(next(e for k, e in enumerate(meeting.examples()) if k == 1))
-    elif name == "calendar":
-        src = calendar.declaration(calendar.problem(next(e for k, e in enumerate(calendar.examples()) if k == 1)))
-    else:
-        src = SPECS[name]
-    spec = Spec.from_json(json.loads(json.dumps(src.to_json())))
-    fresh = Spec.from_json(json.loads(json.dumps(spec.to_json())))
-    a, b = spec.decoder(vocab), fresh.decoder(vocab)
+    a, b = _decoder_pair(vocab, name)
     rng = random.Random(5)
     ahead = 0
     for _ in range(300):

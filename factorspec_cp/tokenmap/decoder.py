@@ -1126,14 +1126,17 @@ class Decoder:
         meeting/Qwen3). Here: the first and last admissible renderings under the bytes typed, two searches in the
         admissible counts (:func:`admissible_branches`, as the asked slot does). ``False`` elsewhere (the planner then
         decides). ``kept``: the frame's :attr:`_Frame.value`, where it has one."""
-        if kept is not None and kept[2] is self._key():  # what the consume into this value found
-            place, counts = kept[0], kept[1]
-        else:
-            place = self._slot_place(state)
-            if place is None:
-                return False
-            counts = self._wide_counts(place[0], place[1])
+        place, counts = self._value_at(state, kept)
         return counts is not None and admissible_branches(place[1], counts[1], place[2][2])
+
+    def _value_at(self, state: State, kept: Any = None) -> tuple[Any, Any]:
+        """The slot's place (:meth:`_slot_place`; ``None`` outside a wide value) and its admissible counts
+        (:meth:`_wide_counts`; ``None`` outside or where not settled) at ``state``: what the consume into the value
+        kept on the frame (``kept``, its :attr:`_Frame.value`) while the assignment stands, else found."""
+        if kept is not None and kept[2] is self._key():
+            return kept[0], kept[1]
+        place = self._slot_place(state)
+        return place, (None if place is None else self._wide_counts(place[0], place[1]))
 
     def _wide_counts(self, pointer: str, m: EnumSlot) -> tuple[np.ndarray, list[int]] | None:
         """The admissible counts below each of ``m``'s sorted renderings (:func:`admissible_counts`: as an array, for
@@ -1424,16 +1427,9 @@ class Decoder:
         which :meth:`_row_at` then takes instead of finding it again. The row is not kept on the frame (a position
         inside a value is met once; a verify step's redo computes it again). Where the engine asked for its draft
         first (:meth:`certain_run`), the row was computed then and this is not reached."""
-        kept = frame.value
-        if kept is not None and kept[2] is self._key():  # what the consume into this value found
-            place, got = kept[0], kept[1]
-        else:
-            place = self._slot_place(frame.state)
-            if place is None:
-                return False, None
-            got = self._wide_counts(place[0], place[1])
-            if got is None:
-                return False, place
+        place, got = self._value_at(frame.state, frame.value)
+        if got is None:
+            return False, place
         if frame.plan is None and self.mode == "canonical":
             if not admissible_branches(place[1], got[1], place[2][2]):
                 return False, place
@@ -1473,7 +1469,8 @@ class Decoder:
                 if fresh and ROW_AHEAD and plan and plan[-1].state is not None and self.mode == "canonical":
                     self._row_after(plan)
             if ahead and ROW_AHEAD and not frame.plan and frame.row is None and self.mode == "canonical":
-                self._exact_row()  # the model chooses here: its row with the (empty) draft
+                # the model chooses here: its row with the (empty) draft (inside a wide value, from the slot found)
+                self._exact_row(self._value_at(frame.state, frame.value)[0] if WIDE_TABLES else None)
             self.stats.plan_seconds += time.perf_counter() - t
         return frame.plan
 
