@@ -18,7 +18,16 @@
    feasible(): per group of candidates, whether one of them is consistent (the first consistent leaf ends a group);
    with one solution (the least one, x_b = -D[b][0]) of the first consistent candidate.
 
-   Both are exact, or give up (None) past a budget of search nodes; the caller then asks its solver instead. */
+   Both are exact, or give up (None) past a budget of search nodes; the caller then asks its solver instead.
+
+   Rows carried between questions: both take `live` (one byte per row: 0 skips a row known inconsistent; empty: every
+   row) and return `alive`, 0 for each row this search refuted (its prefix or every choice of alternatives
+   inconsistent) or was told to skip, 1 for the rest (consistent, or not searched through: a covered cut, a group
+   already decided). A row inconsistent under an assignment is inconsistent under every assignment extending it (they
+   only add edges), so the caller passes `alive` on as `live` to the questions of extended assignments. So too the
+   root matrix (`root`: the shortest paths under the base edges and the relations every row activates; b"" where
+   those are inconsistent): the questions of an extended assignment start from it (`start`), and each edge it already
+   implies costs one comparison, not an O(n^2) update. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -45,6 +54,11 @@ typedef struct {
     int target;
     int *lo, *hi, count, cap;   /* the union of intervals found (project) */
     int *solution, have_solution; /* a solution of the first consistent leaf (feasible) */
+    const unsigned char *live;  /* K bytes: the rows to search (others are known inconsistent), or NULL: all */
+    unsigned char *alive;       /* K bytes out: 0 where the row is known inconsistent, 1 where it may be consistent */
+    int hit;                    /* the current row's search reached a consistent leaf or a covered cut */
+    const int *start;           /* n x n: shortest paths under constraints that these imply, to start from, or NULL */
+    int have_root;              /* the root matrix (base edges and depth-0 relations) was consistent: prefix[0] */
 } Search;
 
 static int add_edge(int *D, int n, int u, int v, int w) {
@@ -153,12 +167,16 @@ static int dfs(Search *s, int depth, int project) {
             }
         }
     }
-    if (project && covered(s, D)) return 0;
+    if (project && covered(s, D)) {
+        s->hit = 1;  /* not refuted: the row may still be consistent */
+        return 0;
+    }
     int pick = -1;
     for (int r = 0; r < R; r++)
         if (open[r]) { pick = r; break; }
     if (pick < 0) {
         int t = s->target;
+        s->hit = 1;
         if (project) return cover(s, -D[t * n], D[t]) ? 0 : -2;
         if (!s->have_solution) {
             for (int b = 0; b < n; b++) s->solution[b] = -D[b * n];
@@ -208,37 +226,63 @@ static int rows(Search *s, const int *base, Py_ssize_t nbase, int project, const
                 int *witness) {
     int n = s->n, m = s->m, R = s->R;
     int *D0 = s->prefix;
-    for (int a = 0; a < n; a++)
-        for (int b = 0; b < n; b++) D0[a * n + b] = a == b ? 0 : INF;
+    if (s->start)  /* (the edges it already implies cost one comparison each below) */
+        memcpy(D0, s->start, (size_t)n * n * sizeof(int));
+    else
+        for (int a = 0; a < n; a++)
+            for (int b = 0; b < n; b++) D0[a * n + b] = a == b ? 0 : INF;
     memset(s->popen, 0, R ? R : 1);
     for (Py_ssize_t e = 0; e < nbase; e++)
         if (!add_edge(D0, n, base[3 * e], base[3 * e + 1], base[3 * e + 2])) return 0;
     if (s->K == 0 || !extend(s, 0, 0)) return 0;  /* depth 0: what every row activates alike */
+    s->have_root = 1;
     const int *last = NULL;
-    int dead = m + 1;  /* the depth at which the last row's prefix failed (m + 1: it did not) */
+    int dead = m + 1;  /* the depth at which the last row's prefix was cut (m + 1: it was not) */
+    int refuted = 0;   /* ... and whether it was inconsistent there (else its interval was covered) */
     for (Py_ssize_t k = 0; k < s->K; k++) {
-        if (group && ok[group[k]]) continue;
-        if (project && covered(s, D0)) break;  /* every value any row can take is found */
+        if (s->live && !s->live[k]) continue;  /* known inconsistent: alive[k] stays 0 */
+        if (group && ok[group[k]]) {  /* not searched: it may be consistent */
+            s->alive[k] = 1;
+            continue;
+        }
+        if (project && covered(s, D0)) {  /* every value any row can take is found: the rest are not searched */
+            for (; k < s->K; k++) s->alive[k] = !s->live || s->live[k];
+            break;
+        }
         const int *row = s->grid + k * m;
         int L = 0;
         if (last) while (L < m && row[L] == last[L]) L++;
         else L = 0;
-        if (last && dead <= L) continue;  /* it shares the prefix that failed */
+        if (last && dead <= L) {  /* it shares the prefix that was cut */
+            s->alive[k] = !refuted;
+            continue;
+        }
         last = row;
         dead = m + 1;
         for (int d = L + 1; d <= m; d++) {
             if (++s->nodes > s->budget) return -1;
-            if (!extend(s, d, k) || (project && covered(s, s->prefix + (size_t)d * n * n))) {
+            if (!extend(s, d, k)) {
                 dead = d;
+                refuted = 1;
+                break;
+            }
+            if (project && covered(s, s->prefix + (size_t)d * n * n)) {
+                dead = d;
+                refuted = 0;
                 break;
             }
         }
-        if (dead <= m) continue;
+        if (dead <= m) {
+            s->alive[k] = !refuted;
+            continue;
+        }
         memcpy(s->stack, s->prefix + (size_t)m * n * n, (size_t)n * n * sizeof(int));
         memcpy(s->open, s->popen + (size_t)m * R, R);
         int had = s->have_solution;
+        s->hit = 0;
         int status = dfs(s, 0, project);
         if (status < 0) return status;
+        s->alive[k] = (unsigned char)s->hit;  /* searched through: 0 only where no branch is consistent */
         if (status == 1) {
             ok[group[k]] = 1;
             if (!had) *witness = (int)k;
@@ -248,7 +292,7 @@ static int rows(Search *s, const int *base, Py_ssize_t nbase, int project, const
 }
 
 typedef struct {
-    Py_buffer base, rel_alt, alt_edge, edges, active, grid, depth, groups;
+    Py_buffer base, rel_alt, alt_edge, edges, active, grid, depth, groups, live, start;
 } Buffers;
 
 static void release(Buffers *b) {
@@ -260,25 +304,29 @@ static void release(Buffers *b) {
     PyBuffer_Release(&b->grid);
     PyBuffer_Release(&b->depth);
     PyBuffer_Release(&b->groups);
+    PyBuffer_Release(&b->live);
+    PyBuffer_Release(&b->start);
 }
 
 static void finish(Search *s, Buffers *b) {
     free(s->stack); free(s->open); free(s->prefix); free(s->popen); free(s->solution);
-    free(s->at_depth); free(s->depth_start); free(s->lo); free(s->hi);
+    free(s->at_depth); free(s->depth_start); free(s->lo); free(s->hi); free(s->alive);
     release(b);
 }
 
-/* (n, base, rel_alt, alt_edge, edges, active, K, grid, m, rel_depth, <target or groups>, budget) */
+/* (n, base, rel_alt, alt_edge, edges, active, K, grid, m, rel_depth, <target or groups>, budget, live, start) */
 static int parse(PyObject *args, Search *s, Buffers *b, int project) {
     memset(b, 0, sizeof(*b));
     memset(s, 0, sizeof(*s));
     int n, m;
     long budget;
     Py_ssize_t K;
-    int ok = project ? PyArg_ParseTuple(args, "iy*y*y*y*y*ny*iy*il", &n, &b->base, &b->rel_alt, &b->alt_edge,
-                                        &b->edges, &b->active, &K, &b->grid, &m, &b->depth, &s->target, &budget)
-                     : PyArg_ParseTuple(args, "iy*y*y*y*y*ny*iy*y*l", &n, &b->base, &b->rel_alt, &b->alt_edge,
-                                        &b->edges, &b->active, &K, &b->grid, &m, &b->depth, &b->groups, &budget);
+    int ok = project ? PyArg_ParseTuple(args, "iy*y*y*y*y*ny*iy*ily*y*", &n, &b->base, &b->rel_alt, &b->alt_edge,
+                                        &b->edges, &b->active, &K, &b->grid, &m, &b->depth, &s->target, &budget,
+                                        &b->live, &b->start)
+                     : PyArg_ParseTuple(args, "iy*y*y*y*y*ny*iy*y*ly*y*", &n, &b->base, &b->rel_alt, &b->alt_edge,
+                                        &b->edges, &b->active, &K, &b->grid, &m, &b->depth, &b->groups, &budget,
+                                        &b->live, &b->start);
     if (!ok) return 0;
     int R = (int)(b->rel_alt.len / sizeof(int)) - 1;
     const char *bad = NULL;
@@ -291,6 +339,10 @@ static int parse(PyObject *args, Search *s, Buffers *b, int project) {
         bad = "bad target";
     else if (!project && b->groups.len < K * (Py_ssize_t)sizeof(int))
         bad = "one group per row";
+    else if (b->live.len != 0 && b->live.len != K)
+        bad = "live: one byte per row, or empty (every row)";
+    else if (b->start.len != 0 && b->start.len != (Py_ssize_t)n * n * (Py_ssize_t)sizeof(int))
+        bad = "start: an n x n int32 matrix, or empty";
     if (!bad) {  /* offsets within their buffers, nondecreasing; every node below n */
         const int *ra = b->rel_alt.buf, *ae = b->alt_edge.buf, *ed = b->edges.buf, *bs = b->base.buf;
         Py_ssize_t A = b->alt_edge.len / (Py_ssize_t)sizeof(int) - 1, E = b->edges.len / (3 * (Py_ssize_t)sizeof(int));
@@ -317,6 +369,8 @@ static int parse(PyObject *args, Search *s, Buffers *b, int project) {
     s->active = b->active.buf;
     s->grid = b->grid.buf;
     s->budget = budget;
+    s->live = b->live.len ? b->live.buf : NULL;
+    s->start = b->start.len ? b->start.buf : NULL;
     const int *depth = b->depth.buf;
     int disjunctions = 0;  /* the levels of the disjunction search: one per disjunction decided */
     for (int r = 0; r < R; r++) disjunctions += s->rel_alt[r + 1] - s->rel_alt[r] > 1;
@@ -328,7 +382,8 @@ static int parse(PyObject *args, Search *s, Buffers *b, int project) {
     s->solution = malloc((size_t)n * sizeof(int));
     s->at_depth = malloc((size_t)(R ? R : 1) * sizeof(int));
     s->depth_start = calloc((size_t)m + 2, sizeof(int));
-    if (!s->stack || !s->open || !s->prefix || !s->popen || !s->solution || !s->at_depth || !s->depth_start) {
+    s->alive = calloc((size_t)(K ? K : 1), 1);
+    if (!s->alive || !s->stack || !s->open || !s->prefix || !s->popen || !s->solution || !s->at_depth || !s->depth_start) {
         finish(s, b);
         PyErr_NoMemory();
         return 0;
@@ -347,6 +402,12 @@ static int parse(PyObject *args, Search *s, Buffers *b, int project) {
     for (int r = 0; r < R; r++) s->at_depth[s->depth_start[depth[r]] + fill[depth[r]]++] = r;
     free(fill);
     return 1;
+}
+
+/* What a search passes on to the questions of extended assignments: (alive, root matrix or b"") */
+static PyObject *carried(const Search *s) {
+    Py_ssize_t size = s->have_root ? (Py_ssize_t)s->n * s->n * (Py_ssize_t)sizeof(int) : 0;
+    return Py_BuildValue("(y#y#)", (const char *)s->alive, s->K, (const char *)s->prefix, size);
 }
 
 static PyObject *project(PyObject *self, PyObject *args) {
@@ -368,9 +429,13 @@ static PyObject *project(PyObject *self, PyObject *args) {
         }
     }
     long nodes = s.nodes;
+    PyObject *extra = out ? carried(&s) : NULL;
     finish(&s, &b);
-    if (!out) return NULL;
-    return Py_BuildValue("(Nl)", out, nodes);
+    if (!extra) {
+        Py_XDECREF(out);
+        return NULL;
+    }
+    return Py_BuildValue("(NlN)", out, nodes, extra);
 }
 
 static PyObject *feasible(PyObject *self, PyObject *args) {
@@ -409,19 +474,23 @@ static PyObject *feasible(PyObject *self, PyObject *args) {
         out = sol ? Py_BuildValue("(y#iN)", (const char *)ok, (Py_ssize_t)ngroups, witness, sol) : NULL;
     }
     long nodes = s.nodes;
+    PyObject *extra = out ? carried(&s) : NULL;
     free(ok);
     finish(&s, &b);
-    if (!out) return NULL;
-    return Py_BuildValue("(Nl)", out, nodes);
+    if (!extra) {
+        Py_XDECREF(out);
+        return NULL;
+    }
+    return Py_BuildValue("(NlN)", out, nodes, extra);
 }
 
 static PyMethodDef methods[] = {
     {"project", project, METH_VARARGS,
-     "project(n, base, rel_alt, alt_edge, edges, active, K, grid, m, rel_depth, target, budget)"
-     " -> (intervals or None, nodes)"},
+     "project(n, base, rel_alt, alt_edge, edges, active, K, grid, m, rel_depth, target, budget, live, start)"
+     " -> (intervals or None, nodes, (alive, root))"},
     {"feasible", feasible, METH_VARARGS,
-     "feasible(n, base, rel_alt, alt_edge, edges, active, K, grid, m, rel_depth, groups, budget)"
-     " -> ((ok, witness, solution) or None, nodes)"},
+     "feasible(n, base, rel_alt, alt_edge, edges, active, K, grid, m, rel_depth, groups, budget, live, start)"
+     " -> ((ok, witness, solution) or None, nodes, (alive, root))"},
     {NULL, NULL, 0, NULL},
 };
 

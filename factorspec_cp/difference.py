@@ -20,6 +20,10 @@ a graph of a few dozen nodes (``_difference.c``: incremental shortest paths, uni
 branches cut where the union found covers their interval). Where the search would pass its budget, or there are too
 many candidates, the answer is ``None`` and the session asks its solver as before.
 
+Along a record each question's assignment extends the last one's, so a search passes on what still holds
+(:class:`Rows`): the candidates it refuted (skipped by the next search: on meeting planning one of 35-120 stays after
+the first meeting) and its root matrix (the next search adds the newly assigned times to it, not every bound again).
+
 Exactness does not depend on the rest of the declaration: relations never cross components, so under a satisfiable
 assignment the other components have their records whatever this one takes.
 """
@@ -80,6 +84,9 @@ class Component:
     bounds_bytes: bytes = b""
     literals: list[tuple[str, np.ndarray]] = field(default_factory=list)
     rel_lits: Any = None
+    strides: dict[str, int] = field(default_factory=dict)  # a completion's id: sum(index * stride) (mixed radix)
+    lit_candidate: Any = None  # each literal's field, as its index among the candidates (literal 0, true: -1)
+    free_key: tuple[int, ...] = ()  # -1 per candidate field: the default of a candidate key
     _candidates: dict[tuple[Any, ...], Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -106,6 +113,13 @@ class Component:
             i = self.node[p]
             self.bounds += [(0, i, self.sizes[p] - 1), (i, 0, 0)]  # 0 <= index <= size - 1
         self.bounds_bytes = np.asarray(self.bounds, dtype=np.int32).reshape(-1, 3).tobytes()
+        at = {p: j for j, p in enumerate(self.candidates)}
+        self.lit_candidate = np.asarray([-1] + [at[p] for p, _ in self.literals], dtype=np.intp)
+        self.free_key = (-1,) * len(self.candidates)
+        stride = 1
+        for p in reversed(self.candidates):  # the first candidate most significant: ids rise with the rows' order
+            self.strides[p] = stride
+            stride *= self.sizes[p]
 
     @property
     def n(self) -> int:
@@ -178,10 +192,13 @@ class DifferenceModel:
         return (path, own)
 
     # -- questions ---------------------------------------------------------------------------------------------------
-    def admissible(self, path: str, fixed: Mapping[str, int]) -> tuple[list[Interval], int] | None:
+    def admissible(self, path: str, fixed: Mapping[str, int], live: Rows | None = None
+                   ) -> tuple[list[Interval], int, Rows] | None:
         """The admissible value indices of ``path`` (in a difference component, not assigned) under ``fixed``, given
-        that ``fixed`` is satisfiable, as intervals; with the search nodes spent. ``None`` where the question is left
-        to the solver (too many candidates, or the search budget)."""
+        that ``fixed`` is satisfiable, as intervals; with the search nodes spent, and the candidates not refuted
+        (:class:`Rows`). ``live``: the candidates not refuted under an assignment that ``fixed`` extends (the others
+        are skipped). ``None`` where the question is left to the solver (too many candidates, or the search
+        budget)."""
         comp = self.component(path)
         if comp is None or path in fixed:
             return None
@@ -191,41 +208,43 @@ class DifferenceModel:
         grid, active, free, rows, depth = cand[:5]
         base = self._base(comp, fixed)
         common = (comp.n, base, comp.rel_alt, comp.alt_edge, comp.edges, active, len(grid), rows, len(free), depth)
+        mask, start = _live_mask(cand, live), b"" if live is None else live.root
         try:  # (a malformed model raises ValueError: a bug, not a fallback)
             if path in comp.node:
-                res, nodes = _core.project(*common, comp.node[path], BUDGET)
-                return None if res is None else (res, nodes)
+                res, nodes, out = _core.project(*common, comp.node[path], BUDGET, mask, start)
+                return None if res is None else (res, nodes, Rows(cand, *out))
             groups = np.ascontiguousarray(grid[:, free.index(path)], dtype=np.int32)
-            res, nodes = _core.feasible(*common, groups.tobytes(), BUDGET)
+            res, nodes, out = _core.feasible(*common, groups.tobytes(), BUDGET, mask, start)
         except MemoryError:
             return None
         if res is None:
             return None
         ok = res[0]
-        return [(k, k) for k in range(len(ok)) if ok[k]], nodes
+        return [(k, k) for k in range(len(ok)) if ok[k]], nodes, Rows(cand, *out)
 
-    def satisfiable(self, path: str, fixed: Mapping[str, int]) -> bool | None:
+    def satisfiable(self, path: str, fixed: Mapping[str, int], live: Rows | None = None
+                    ) -> tuple[bool, Rows] | None:
         """Whether the assigned fields of ``path``'s difference component extend to a record of it (the other
-        components aside), by the search; ``None`` where it is left to the solver."""
+        components aside), by the search, with the candidates not refuted (``live``: as for :meth:`admissible`);
+        ``None`` where it is left to the solver."""
         comp = self.component(path)
         cand = None if comp is None else self._candidates(comp, fixed)
         if cand is None:
             return None
         grid, active, free, rows, depth = cand[:5]
         try:
-            res, _ = _core.feasible(comp.n, self._base(comp, fixed), comp.rel_alt, comp.alt_edge, comp.edges, active,
-                                    len(grid), rows, len(free), depth, bytes(4 * len(grid)), BUDGET)  # one group: all
+            res, _, out = _core.feasible(comp.n, self._base(comp, fixed), comp.rel_alt, comp.alt_edge, comp.edges,
+                                         active, len(grid), rows, len(free), depth, bytes(4 * len(grid)), BUDGET,
+                                         _live_mask(cand, live), b"" if live is None else live.root)  # one group: all
         except MemoryError:
             return None
-        return None if res is None else res[0] == b"\x01"
+        return None if res is None else (res[0] == b"\x01", Rows(cand, *out))
 
     def _base(self, comp: Component, fixed: Mapping[str, int]) -> bytes:
         """The bound edges, and two edges per assigned time field (``k <= x <= k``), as int32 triples."""
         edges = array(_I32)
-        for p in comp.times:
-            k = fixed.get(p)
+        for i, k in enumerate(map(fixed.get, comp.times), 1):  # (node i is times[i - 1])
             if k is not None:
-                i = comp.node[p]
                 edges.extend((0, i, k, i, 0, -k))
         return comp.bounds_bytes + edges.tobytes()
 
@@ -235,7 +254,7 @@ class DifferenceModel:
         columns), the rows as bytes, and each relation's depth (one past the last column its condition reads: the
         search shares a prefix's constraints between the rows with that prefix); kept per assignment of the
         candidate fields."""
-        key = tuple(fixed.get(p, -1) for p in comp.candidates)
+        key = tuple(map(fixed.get, comp.candidates, comp.free_key))
         hit = comp._candidates.get(key)
         if hit is not None:
             return hit
@@ -274,17 +293,22 @@ class DifferenceModel:
         for j, (p, ok) in enumerate(comp.literals, 1):
             truth[:, j] = ok[grid[:, col[p]]] if p in col else ok[fixed[p]]
         active = np.ascontiguousarray(truth[:, comp.rel_lits].all(axis=2), dtype=np.uint8)  # each relation's
-        return self._keep(comp, key, self._table(comp, grid, active, free))  # condition on each row
+        ids = np.full(len(grid), sum(fixed[p] * comp.strides[p] for p in comp.candidates if p in fixed), np.int64)
+        for p in free:  # condition on each row; the rows' ids
+            ids += grid[:, col[p]].astype(np.int64) * comp.strides[p]
+        return self._keep(comp, key, self._table(comp, grid, active, free, ids))
 
     @staticmethod
-    def _table(comp: Component, grid: np.ndarray, active: np.ndarray, free: list[str]) -> tuple[Any, ...]:
-        col = {p: k for k, p in enumerate(free)}
-        lit_depth = np.zeros(len(comp.literals) + 1, dtype=np.int32)
-        for j, (p, _) in enumerate(comp.literals, 1):
-            lit_depth[j] = col[p] + 1 if p in col else 0
+    def _table(comp: Component, grid: np.ndarray, active: np.ndarray, free: list[str], ids: np.ndarray
+               ) -> tuple[Any, ...]:
+        """(grid, active as bytes, free fields, grid as bytes, depths as bytes, active, ids): the candidate table the
+        questions pass to the search."""
+        col = np.zeros(len(comp.candidates) + 1, dtype=np.int32)  # each candidate's depth: its column + 1, or 0
+        col[[comp.candidates.index(p) for p in free]] = np.arange(1, len(free) + 1, dtype=np.int32)
+        lit_depth = col[comp.lit_candidate]  # (literal 0 reads the last entry: 0)
         depth = lit_depth[comp.rel_lits].max(axis=1) if len(comp.relations) else np.zeros(0, dtype=np.int32)
         return (grid, active.tobytes(), free, np.ascontiguousarray(grid, dtype=np.int32).tobytes(),
-                np.ascontiguousarray(depth, np.int32).tobytes(), active)
+                np.ascontiguousarray(depth, np.int32).tobytes(), active, ids)
 
     @staticmethod
     def _keep(comp: Component, key: tuple[int, ...], hit: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -301,7 +325,37 @@ class DifferenceModel:
         j = free.index(path)
         keep = grid[:, j] == k
         return self._table(comp, np.delete(grid[keep], j, axis=1), np.ascontiguousarray(active[keep]),
-                           free[:j] + free[j + 1:])
+                           free[:j] + free[j + 1:], up[6][keep])
+
+
+@dataclass(frozen=True)
+class Rows:
+    """What a search passes on to the questions of the assignments that extend the one it was asked under
+    (``_difference.c``): the candidates of its table (:meth:`DifferenceModel._candidates`) it did not refute
+    (``alive``, one byte per row: refuted under an assignment, a candidate is refuted under every extension of it),
+    and its root matrix (``root``: shortest paths under the bounds, the assigned times and the relations every
+    candidate activates, which hold under every extension; ``b""`` where they were inconsistent)."""
+
+    table: tuple[Any, ...]
+    alive: bytes
+    root: bytes
+
+
+def _live_mask(table: tuple[Any, ...], live: Rows | None) -> bytes:
+    """``live`` as the search's mask over ``table``'s rows (empty: every row). A table narrowed since (a candidate
+    field assigned) has a subset of its rows: they are matched by id (both in ascending order)."""
+    if live is None:
+        return b""
+    if live.table is table:
+        alive = live.alive
+    else:
+        ids = live.table[6][np.frombuffer(live.alive, dtype=np.bool_)]
+        own = table[6]
+        if not len(ids):
+            return bytes(len(own))
+        at = np.searchsorted(ids, own)
+        alive = (ids[np.minimum(at, len(ids) - 1)] == own).tobytes()
+    return b"" if b"\x00" not in alive else alive
 
 
 def _compare(s: np.ndarray, op: str, rhs: int) -> np.ndarray:

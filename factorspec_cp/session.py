@@ -273,17 +273,19 @@ class Session:
             elif len(rest) == 1 and self._witnessed(parent, *rest[0]):
                 st.sat = True  # the parent knows the value admissible: a valid record extends the assignment
             elif parent.sat and self._difference is not None:
-                st.sat = self._components_sat(parent, rest, st.fixed)
+                st.sat = self._components_sat(parent, rest, st)
         self._recent.append(st)
         return st
 
-    def _components_sat(self, parent: State, extra: Sequence[tuple[str, int]], fixed: dict[str, int]) -> bool | None:
+    def _components_sat(self, parent: State, extra: Sequence[tuple[str, int]], st: State) -> bool | None:
         """Whether ``fixed``, which extends the satisfiable ``parent`` by ``extra``, is satisfiable: components
         never interact, so it is iff each component an extra field is in has a record under its part of ``fixed``.
         A difference component asks its search; another one has a record where ``parent`` knows its one extra value
         admissible, or where a record of ``parent`` or of an assignment it extends agrees with every assigned field of
-        the component (its part is a record of the component). ``None`` where none of these decides."""
+        the component (its part is a record of the component). ``None`` where none of these decides. ``st``: the new
+        state (``fixed``), which keeps the candidates each search left."""
         dm = self._difference
+        fixed = st.fixed
         by_root: dict[Any, list[tuple[str, int]]] = {}
         for p, k in extra:
             by_root.setdefault(dm.part.get(p, p), []).append((p, k))
@@ -303,13 +305,15 @@ class Session:
                     return None
         for p in searched:
             t = time.perf_counter()
-            ok = dm.satisfiable(p, fixed)
+            root = dm.part[p]
+            res = dm.satisfiable(p, fixed, _live(parent, root))
             self.stats.difference_seconds += time.perf_counter() - t
-            if ok is None:
+            if res is None:
                 self.stats.difference_fallbacks += 1
                 return None
             self.stats.difference += 1
-            if not ok:
+            st.rows[root] = res[1]
+            if not res[0]:
                 return False
         return True
 
@@ -355,12 +359,13 @@ class Session:
         if dm.component(path) is None:
             return False
         t = time.perf_counter()
-        res = dm.admissible(path, st.fixed)
+        root = dm.part[path]
+        res = dm.admissible(path, st.fixed, _live(st, root))
         self.stats.difference_seconds += time.perf_counter() - t
         if res is None:
             self.stats.difference_fallbacks += 1
             return False
-        ivs, nodes = res
+        ivs, nodes, st.rows[root] = res
         self.stats.difference += 1
         self.stats.difference_nodes += nodes
         gaps, at = [], 0
@@ -775,6 +780,19 @@ class Session:
         self._backend.close()
         if self._explainer is not None:
             self._explainer.close()
+
+
+def _live(st: State | None, root: Any) -> Any:
+    """The candidates of a difference component (``root``) that the nearest search under ``st``'s assignment, or under
+    one it extends, did not refute (:class:`~.difference.Rows`; ``None``: none searched yet)."""
+    for _ in range(64):
+        if st is None:
+            return None
+        hit = st.rows.get(root)
+        if hit is not None:
+            return hit
+        st = st.parent
+    return None
 
 
 def _pigeonhole(inst: Instance, fields: Any) -> bool:

@@ -183,6 +183,7 @@ class State:
     parent: State | None = None  # the assignment this one extends, whose refutations it inherits
     questions: dict[str, Any] = field(default_factory=dict)
     parts: dict[Any, tuple[Any, ...]] = field(default_factory=dict)  # a component's assigned fields, per component
+    rows: dict[Any, Any] = field(default_factory=dict)  # per difference component, the candidates its search left
 
     def ancestor_known(self, path: str) -> Known | None:
         """The nearest extended assignment's knowledge of ``path`` (for its refutations)."""

@@ -6,6 +6,8 @@
   (``tests/bruteforce.py``, which reads the JSON form without the library), with the search answering them.
 - Larger random declarations (four time fields) and meeting-planning problems along random walks: the search's
   answers equal the solver's (the same session code with ``DIFFERENCE`` off, CP-SAT probing each value).
+- What a search passes on to the next (the candidates it refuted, its root matrix): each refuted candidate has no
+  record by brute force, and a search that starts from it answers what a fresh one does.
 - Past its budget the search gives up and the solver answers: the same values.
 - What is not a difference component is left to the solver.
 """
@@ -138,6 +140,55 @@ def test_admissible_values_match_brute_force(seed: int) -> None:
         assignment[path] = rnd.choice(vals)
         s.assign(path, assignment[path])
     assert s.stats.difference > 0  # the search answered (not the solver)
+
+
+def test_carried_rows_are_refuted_by_brute_force() -> None:
+    """What a search passes on (:class:`~factorspec_cp.difference.Rows`): each candidate it calls refuted has no
+    record under the assignment (brute force), and a question that starts from an ancestor's rows and root matrix
+    answers what the same question asked afresh does, along random walks of admissible values; on some of the
+    declarations the carried rows skip refuted candidates."""
+    skipped = [_carried_walk(seed) for seed in range(12)]
+    assert sum(skipped) > 0, skipped
+
+
+def _carried_walk(seed: int) -> int:
+    try:
+        doc, bf = _satisfiable_draw(900 + 100 * seed)
+    except pytest.skip.Exception:
+        return 0
+    spec = fs.Spec.from_json(doc)
+    model = DifferenceModel(spec, spec.active_instances)
+    fields = spec.fields
+    rnd = random.Random(seed)
+    assignment: dict[str, Any] = {}
+    carried = None
+    skipped = 0
+    order = list(fields)
+    rnd.shuffle(order)
+    for path in order:
+        fixed = {p: fields[p].index(v) for p, v in assignment.items()}
+        mine = None
+        for p in fields:
+            if p in assignment or model.component(p) is None:
+                continue
+            fresh = model.admissible(p, fixed)
+            assert fresh is not None
+            values, _, rows = fresh
+            cand = rows.table
+            grid, free = cand[0], cand[2]
+            for k, alive in enumerate(rows.alive):
+                if not alive:  # refuted: no record has this completion of the candidate fields
+                    row = {q: fields[q].values[int(grid[k, j])] for j, q in enumerate(free)}
+                    assert bf.count({**assignment, **row}) == 0, (p, assignment, row)
+            if carried is not None:
+                again = model.admissible(p, fixed, carried)
+                assert again is not None and again[0] == values, (p, assignment)
+                skipped += b"\x00" in carried.alive
+            if mine is None or rows.alive.count(0) > mine.alive.count(0):
+                mine = rows  # (any of them holds under the assignments that extend this one)
+        carried = mine
+        assignment[path] = rnd.choice(bf.admissible(path, assignment))
+    return skipped
 
 
 def test_the_core_is_built() -> None:
@@ -296,23 +347,37 @@ def test_the_core_projects_and_decides_by_itself() -> None:
     model = (3, bounds, rel_alt, alt_edge, edges)
     # one free boolean column: row (1,) activates both relations, row (0,) the disjunction only; depth 1 each
     grid, depth = arr([[1], [0]]), arr([1, 1])
-    got, _ = core.project(*model, bytes([1, 1]), 1, grid, 1, depth, 1, 1000)
+    got, _, _ = core.project(*model, bytes([1, 1]), 1, grid, 1, depth, 1, 1000, b"", b"")
     assert got == [(9, 9)]  # x2 = 4: x1 <= -1 (no) or x1 >= 9
-    got, _ = core.project(*model, bytes([1, 1, 1, 0]), 2, grid, 1, depth, 1, 1000)
+    got, _, _ = core.project(*model, bytes([1, 1, 1, 0]), 2, grid, 1, depth, 1, 1000, b"", b"")
     assert got == [(0, 9)]  # merged: every value of 0..9 is 5 away from some value of 0..9
-    (ok, witness, solution), _ = core.feasible(*model, bytes([1, 1, 1, 0]), 2, grid, 1, depth, arr([0, 1]), 1000)
+    (ok, witness, solution), _, _ = core.feasible(*model, bytes([1, 1, 1, 0]), 2, grid, 1, depth, arr([0, 1]), 1000,
+                                                  b"", b"")
     assert ok == b"\x01\x01" and witness == 0 and solution[2] == 4 and abs(solution[1] - solution[2]) >= 5
-    res, _ = core.project(*model, bytes([1, 1, 1, 0]), 2, grid, 1, depth, 1, 1)
+    res, _, _ = core.project(*model, bytes([1, 1, 1, 0]), 2, grid, 1, depth, 1, 1, b"", b"")
     assert res is None  # past the budget
     # a prefix that is inconsistent cuts the rows below it: x2 = 4 and x2 = 5 at depth 1
     edges2 = arr([(2, 1, -5), (1, 2, -5), (0, 2, 4), (2, 0, -4), (0, 2, 5), (2, 0, -5)])
     two = (3, bounds, arr([0, 2, 3, 4]), arr([0, 1, 2, 4, 6]), edges2)
     grid2 = arr([[0, 0], [0, 1], [1, 0], [1, 1]])
     active2 = bytes([1, 0, 0, 1, 0, 0, 1, 1, 1, 1, 1, 1])  # rows (1, *) activate both fixings: inconsistent
-    got, _ = core.project(*two, active2, 4, grid2, 2, arr([0, 1, 1]), 1, 1000)
+    got, _, _ = core.project(*two, active2, 4, grid2, 2, arr([0, 1, 1]), 1, 1000, b"", b"")
     assert got == [(0, 9)]
-    (ok, _, _), _ = core.feasible(*two, active2, 4, grid2, 2, arr([0, 1, 1]), arr([0, 1, 2, 3]), 1000)
+    (ok, _, _), _, (alive, root) = core.feasible(*two, active2, 4, grid2, 2, arr([0, 1, 1]), arr([0, 1, 2, 3]), 1000,
+                                                 b"", b"")
     assert ok == b"\x01\x01\x00\x00"
+    assert alive == b"\x01\x01\x00\x00" and len(root) == 4 * 3 * 3  # rows (1, *) refuted; the root matrix
+    # carried on: rows skipped stay refuted; x2 = 4 fixed on top of the root matrix gives the answer from scratch
+    fix = bounds + arr([(0, 2, 4), (2, 0, -4)])
+    (ok, _, _), _, (alive, _) = core.feasible(3, fix, *two[2:], active2, 4, grid2, 2, arr([0, 1, 1]),
+                                              arr([0, 1, 2, 3]), 1000, bytes([0, 1, 1, 1]), root)
+    assert ok == b"\x00\x01\x00\x00" and alive == b"\x00\x01\x00\x00"
+    got, _, (alive, _) = core.project(3, fix, *two[2:], active2, 4, grid2, 2, arr([0, 1, 1]), 1, 1000, b"", root)
+    assert got == [(9, 9)] and alive[2:] == b"\x00\x00"  # x1 >= 9 (or <= -1); rows (1, *) refuted again
+    with pytest.raises(ValueError):
+        core.project(*two, active2, 4, grid2, 2, arr([0, 1, 1]), 1, 1000, b"\x01", b"")  # one byte per row
+    with pytest.raises(ValueError):
+        core.project(*two, active2, 4, grid2, 2, arr([0, 1, 1]), 1, 1000, b"", b"\x00" * 8)  # not n x n int32
 
 
 @pytest.mark.parametrize("seed", range(6))
