@@ -54,22 +54,7 @@ done:
     return result;
 }
 
-/* Read one word per 64-byte cache line of a buffer (a mask row kept for the model's next choice), so that its memory
-   is resident and cached when the fill copies it: a fill after the forward pass then does not wait on the first
-   touch of a row computed long before (choice tables' rows are kept across records). */
-static PyObject *touch(PyObject *self, PyObject *arg) {
-    Py_buffer buf;
-    if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
-    const volatile unsigned char *p = buf.buf;
-    unsigned long acc = 0;
-    for (Py_ssize_t i = 0; i < buf.len; i += 64) acc += p[i];
-    if (buf.len) acc += p[buf.len - 1];
-    PyBuffer_Release(&buf);
-    return PyLong_FromUnsignedLong(acc);
-}
-
 static PyMethodDef methods[] = {
-    {"touch", touch, METH_O, "touch(buffer): read one byte per 64-byte line (and the last); returns their sum"},
     {"wide_fill", wide_fill, METH_VARARGS,
      "wide_fill(out, counts, table): set out's 32-bit words to 0, then OR into them the bits of the tokens whose span "
      "[lo, hi) counts an admissible value (counts: int64), run by run; table: one int64 array [n, runs, lo[n], hi[n], "

@@ -510,32 +510,3 @@ def test_a_strided_mask_row_gets_the_rows_a_contiguous_one_gets(smollm2: Any) ->
             assert np.array_equal(strided, row)
             dec.consume(t)
         assert inside >= 4
-
-
-def test_the_row_touched_before_a_choice_is_read_in_full_and_left_as_it_was(smollm2: Any) -> None:
-    """``_rows.touch`` (what ``certain_run`` calls on the kept row where the draft is empty) reads one byte per
-    64-byte line and the last one, and changes nothing: its sum equals numpy's over the same bytes. Along a meeting's
-    canonical walk, the rows it touched are the rows the fills then copy."""
-    from factorspec_cp import _rows
-    for size in (0, 1, 63, 64, 65, 6144, 18964):
-        data = np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8)
-        before = data.copy()
-        want = int(data[::64].sum()) + (int(data[-1]) if size else 0)
-        assert _rows.touch(data) == want and np.array_equal(data, before)
-    spec, gold = _meeting(2)
-    tokens = smollm2.encode(json.dumps(gold, separators=(", ", ": "), ensure_ascii=False))
-    dec = fs.Spec.from_json(spec.to_json()).decoder(smollm2, mode="canonical")
-    touched = []
-    original = _rows.touch
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(_rows, "touch", lambda row: touched.append(row) or original(row))
-        choices = 0
-        for t in tokens:
-            run = dec.certain_run(64)
-            row = np.zeros(dec._c.words, dtype=np.int32)
-            dec.fill_mask(row)
-            if not run and dec._frames[-1].row is not None:
-                choices += 1
-                assert touched and touched[-1] is dec._frames[-1].row[1] and np.array_equal(touched[-1], row)
-            dec.consume(t)
-    assert choices >= 4 and len(touched) == choices

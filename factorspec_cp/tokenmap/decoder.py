@@ -70,8 +70,8 @@ try:
     from .. import _rows
 except ImportError:  # pragma: no cover - the extension is built by pip; without it wide rows take numpy's path
     _rows = None
-if _rows is not None and not hasattr(_rows, "touch"):  # pragma: no cover - a build from before touch
-    raise ImportError("factorspec_cp._rows is out of date (no touch): rebuild it, "
+if _rows is not None and not hasattr(_rows, "wide_fill"):  # pragma: no cover - a build from before wide_fill
+    raise ImportError("factorspec_cp._rows is out of date (no wide_fill): rebuild it, "
                       "pip install --no-build-isolation -e .")
 
 if TYPE_CHECKING:
@@ -1667,13 +1667,7 @@ class Decoder:
         ends. Consuming them in order is always admitted."""
         if self._frames[-1].terminated or max_tokens <= 0:
             return []
-        plan = self._plan(ahead=True)
-        if not plan and ROW_AHEAD:
-            kept = self._frames[-1].row
-            if kept is not None and _rows is not None:  # the model chooses here: its row resident and cached before
-                _rows.touch(kept[1])  # the forward pass, not first read by the fill after it (0.3 us; rows kept
-                # across records were measured at 10-70 us to copy there)
-        return [step.token for step in plan[:max_tokens]]
+        return [step.token for step in self._plan(ahead=True)[:max_tokens]]
 
     # -- consuming ----------------------------------------------------------------------------------------------
     def consume(self, token: int) -> None:
