@@ -85,6 +85,7 @@ class Component:
     literals: list[tuple[str, np.ndarray]] = field(default_factory=list)
     rel_lits: Any = None
     strides: dict[str, int] = field(default_factory=dict)  # a completion's id: sum(index * stride) (mixed radix)
+    at: dict[str, int] = field(default_factory=dict)  # each candidate field's index among the candidates
     lit_candidate: Any = None  # each literal's field, as its index among the candidates (literal 0, true: -1)
     free_key: tuple[int, ...] = ()  # -1 per candidate field: the default of a candidate key
     _candidates: dict[tuple[Any, ...], Any] = field(default_factory=dict)
@@ -113,8 +114,8 @@ class Component:
             i = self.node[p]
             self.bounds += [(0, i, self.sizes[p] - 1), (i, 0, 0)]  # 0 <= index <= size - 1
         self.bounds_bytes = np.asarray(self.bounds, dtype=np.int32).reshape(-1, 3).tobytes()
-        at = {p: j for j, p in enumerate(self.candidates)}
-        self.lit_candidate = np.asarray([-1] + [at[p] for p, _ in self.literals], dtype=np.intp)
+        self.at = {p: j for j, p in enumerate(self.candidates)}
+        self.lit_candidate = np.asarray([-1] + [self.at[p] for p, _ in self.literals], dtype=np.intp)
         self.free_key = (-1,) * len(self.candidates)
         stride = 1
         for p in reversed(self.candidates):  # the first candidate most significant: ids rise with the rows' order
@@ -208,13 +209,13 @@ class DifferenceModel:
         grid, active, free, rows, depth = cand[:5]
         base = self._base(comp, fixed)
         common = (comp.n, base, comp.rel_alt, comp.alt_edge, comp.edges, active, len(grid), rows, len(free), depth)
-        mask, start = _live_mask(cand, live), b"" if live is None else live.root
+        carried = _carried(cand, live)
         try:  # (a malformed model raises ValueError: a bug, not a fallback)
             if path in comp.node:
-                res, nodes, out = _core.project(*common, comp.node[path], BUDGET, mask, start)
+                res, nodes, out = _core.project(*common, comp.node[path], BUDGET, *carried)
                 return None if res is None else (res, nodes, Rows(cand, *out))
             groups = np.ascontiguousarray(grid[:, free.index(path)], dtype=np.int32)
-            res, nodes, out = _core.feasible(*common, groups.tobytes(), BUDGET, mask, start)
+            res, nodes, out = _core.feasible(*common, groups.tobytes(), BUDGET, *carried)
         except MemoryError:
             return None
         if res is None:
@@ -235,7 +236,7 @@ class DifferenceModel:
         try:
             res, _, out = _core.feasible(comp.n, self._base(comp, fixed), comp.rel_alt, comp.alt_edge, comp.edges,
                                          active, len(grid), rows, len(free), depth, bytes(4 * len(grid)), BUDGET,
-                                         _live_mask(cand, live), b"" if live is None else live.root)  # one group: all
+                                         *_carried(cand, live))  # one group: all
         except MemoryError:
             return None
         return None if res is None else (res[0] == b"\x01", Rows(cand, *out))
@@ -304,7 +305,7 @@ class DifferenceModel:
         """(grid, active as bytes, free fields, grid as bytes, depths as bytes, active, ids): the candidate table the
         questions pass to the search."""
         col = np.zeros(len(comp.candidates) + 1, dtype=np.int32)  # each candidate's depth: its column + 1, or 0
-        col[[comp.candidates.index(p) for p in free]] = np.arange(1, len(free) + 1, dtype=np.int32)
+        col[[comp.at[p] for p in free]] = np.arange(1, len(free) + 1, dtype=np.int32)
         lit_depth = col[comp.lit_candidate]  # (literal 0 reads the last entry: 0)
         depth = lit_depth[comp.rel_lits].max(axis=1) if len(comp.relations) else np.zeros(0, dtype=np.int32)
         return (grid, active.tobytes(), free, np.ascontiguousarray(grid, dtype=np.int32).tobytes(),
@@ -341,21 +342,22 @@ class Rows:
     root: bytes
 
 
-def _live_mask(table: tuple[Any, ...], live: Rows | None) -> bytes:
-    """``live`` as the search's mask over ``table``'s rows (empty: every row). A table narrowed since (a candidate
-    field assigned) has a subset of its rows: they are matched by id (both in ascending order)."""
+def _carried(table: tuple[Any, ...], live: Rows | None) -> tuple[bytes, bytes]:
+    """The search's last two arguments from ``live`` (an ancestor's :class:`Rows`): its mask over ``table``'s rows
+    (empty: every row) and the root matrix to start from (empty: none). A table narrowed since (a candidate field
+    assigned) has a subset of its rows: they are matched by id (both in ascending order)."""
     if live is None:
-        return b""
+        return b"", b""
     if live.table is table:
         alive = live.alive
     else:
         ids = live.table[6][np.frombuffer(live.alive, dtype=np.bool_)]
         own = table[6]
         if not len(ids):
-            return bytes(len(own))
+            return bytes(len(own)), live.root
         at = np.searchsorted(ids, own)
         alive = (ids[np.minimum(at, len(ids) - 1)] == own).tobytes()
-    return b"" if b"\x00" not in alive else alive
+    return (b"" if b"\x00" not in alive else alive), live.root
 
 
 def _compare(s: np.ndarray, op: str, rhs: int) -> np.ndarray:
