@@ -20,8 +20,9 @@
 
    Both are exact, or give up (None) past a budget of search nodes; the caller then asks its solver instead.
 
-   Rows carried between questions: both take `live` (one byte per row: 0 skips a row known inconsistent; empty: every
-   row) and return `alive`, 0 for each row this search refuted (its prefix or every choice of alternatives
+   Rows carried between questions: both take `live` (one byte per row: 0 skips a row known inconsistent, or outside
+   the caller's assignment, which may fix some of the grid's fields: a relation's depth then counts only the others, as
+   the rows searched agree on those; empty: every row) and return `alive`, 0 for each row this search refuted (its prefix or every choice of alternatives
    inconsistent) or was told to skip, 1 for the rest (consistent, or not searched through: a covered cut, a group
    already decided). A row inconsistent under an assignment is inconsistent under every assignment extending it (they
    only add edges), so the caller passes `alive` on as `live` to the questions of extended assignments. So too the
@@ -234,7 +235,12 @@ static int rows(Search *s, const int *base, Py_ssize_t nbase, int project, const
     memset(s->popen, 0, R ? R : 1);
     for (Py_ssize_t e = 0; e < nbase; e++)
         if (!add_edge(D0, n, base[3 * e], base[3 * e + 1], base[3 * e + 2])) return 0;
-    if (s->K == 0 || !extend(s, 0, 0)) return 0;  /* depth 0: what every row activates alike */
+    /* depth 0: what every row to search activates alike (the relations whose conditions read no free field, or only
+       fields a caller's `live` fixes: read on the first row searched, as a skipped row may disagree there) */
+    Py_ssize_t first = 0;
+    if (s->live)
+        while (first < s->K && !s->live[first]) first++;
+    if (first >= s->K || !extend(s, 0, first)) return 0;
     s->have_root = 1;
     const int *last = NULL;
     int dead = m + 1;  /* the depth at which the last row's prefix was cut (m + 1: it was not) */

@@ -88,6 +88,7 @@ class Component:
     at: dict[str, int] = field(default_factory=dict)  # each candidate field's index among the candidates
     lit_candidate: Any = None  # each literal's field, as its index among the candidates (literal 0, true: -1)
     free_key: tuple[int, ...] = ()  # -1 per candidate field: the default of a candidate key
+    root_fits: bool = False  # every completion of the candidate fields within MAX_CANDIDATES: one table, masked
     _candidates: dict[tuple[Any, ...], Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -121,6 +122,7 @@ class Component:
         for p in reversed(self.candidates):  # the first candidate most significant: ids rise with the rows' order
             self.strides[p] = stride
             stride *= self.sizes[p]
+        self.root_fits = stride <= MAX_CANDIDATES
 
     @property
     def n(self) -> int:
@@ -251,14 +253,22 @@ class DifferenceModel:
 
     def _candidates(self, comp: Component, fixed: Mapping[str, int]) -> tuple[Any, ...] | None:
         """The completions of the free candidate fields that the side relations allow (rows of value indices, in
-        lexicographic order), the relations each activates (one byte per relation per row), the free fields (the
-        columns), the rows as bytes, and each relation's depth (one past the last column its condition reads: the
-        search shares a prefix's constraints between the rows with that prefix); kept per assignment of the
-        candidate fields."""
+        lexicographic order), the relations each activates (one byte per relation per row), the fields of the
+        columns, the rows as bytes, each relation's depth (one past the last column of a free field its condition
+        reads: the search shares a prefix's constraints between the rows with that prefix), the rows' ids and the
+        mask of the rows to search (``b""``: all); kept per assignment of the candidate fields. Where every
+        completion fits (``Component.root_fits``), one table with every candidate free serves each assignment,
+        masked to the rows that agree with it (:meth:`_narrowed`); elsewhere the table has the free fields' columns
+        only."""
         key = tuple(map(fixed.get, comp.candidates, comp.free_key))
         hit = comp._candidates.get(key)
         if hit is not None:
             return hit
+        if comp.root_fits and key != comp.free_key:  # the table with every candidate free, narrowed by a row mask
+            root = comp._candidates.get(comp.free_key)
+            if root is None:
+                root = self._candidates(comp, {})  # (side relations read candidate fields only)
+            return self._keep(comp, key, self._narrowed(comp, root, key))
         for j, k in enumerate(key):  # a kept table with one of these fields free: its rows with the value (in order)
             if k >= 0:
                 up = comp._candidates.get(key[:j] + (-1,) + key[j + 1:])
@@ -309,7 +319,27 @@ class DifferenceModel:
         lit_depth = col[comp.lit_candidate]  # (literal 0 reads the last entry: 0)
         depth = lit_depth[comp.rel_lits].max(axis=1) if len(comp.relations) else np.zeros(0, dtype=np.int32)
         return (grid, active.tobytes(), free, np.ascontiguousarray(grid, dtype=np.int32).tobytes(),
-                np.ascontiguousarray(depth, np.int32).tobytes(), active, ids)
+                np.ascontiguousarray(depth, np.int32).tobytes(), active, ids, b"")
+
+    @staticmethod
+    def _narrowed(comp: Component, root: tuple[Any, ...], key: tuple[int, ...]) -> tuple[Any, ...]:
+        """The table of an assignment of some candidate fields (``key``: each one's value index, -1 free) as the
+        table with every candidate free (``root``, one per component) and a mask of the rows that agree with it (one
+        byte per row; the search skips the others, :func:`_carried`), with each relation's depth counting only the
+        free fields' columns: the rows searched agree on the others. Its arrays are the root's (so the search's
+        carried rows match without ids). Built in a few microseconds where a table of its own cost 50-300 (a
+        restriction, or a new enumeration where two fields were newly assigned)."""
+        grid = root[0]
+        keep = np.ones(len(grid), dtype=bool)
+        col = np.zeros(len(comp.candidates) + 1, dtype=np.int32)  # each candidate's depth: its column + 1, or 0
+        for j, k in enumerate(key):
+            if k >= 0:
+                keep &= grid[:, j] == k
+            else:
+                col[j] = j + 1
+        lit_depth = col[comp.lit_candidate]  # (literal 0 reads the last entry: 0)
+        depth = lit_depth[comp.rel_lits].max(axis=1) if len(comp.relations) else np.zeros(0, dtype=np.int32)
+        return (*root[:4], np.ascontiguousarray(depth, np.int32).tobytes(), *root[5:7], keep.view(np.uint8).tobytes())
 
     @staticmethod
     def _keep(comp: Component, key: tuple[int, ...], hit: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -346,9 +376,10 @@ def _carried(table: tuple[Any, ...], live: Rows | None) -> tuple[bytes, bytes]:
     """The search's last two arguments from ``live`` (an ancestor's :class:`Rows`): its mask over ``table``'s rows
     (empty: every row) and the root matrix to start from (empty: none). A table narrowed since (a candidate field
     assigned) has a subset of its rows: they are matched by id (both in ascending order)."""
+    mask = table[7]  # the rows that agree with the assignment (a narrowed root table), or b"": all
     if live is None:
-        return b"", b""
-    if live.table is table:
+        return (b"" if b"\x00" not in mask else mask), b""
+    if live.table[0] is table[0]:  # the same rows (the same table, or the component's root table narrowed)
         alive = live.alive
     else:
         ids = live.table[6][np.frombuffer(live.alive, dtype=np.bool_)]
@@ -357,6 +388,8 @@ def _carried(table: tuple[Any, ...], live: Rows | None) -> tuple[bytes, bytes]:
             return bytes(len(own)), live.root
         at = np.searchsorted(ids, own)
         alive = (ids[np.minimum(at, len(ids) - 1)] == own).tobytes()
+    if mask:  # (bytes of 0 and 1: their AND as integers is the AND per row)
+        alive = (int.from_bytes(alive, "little") & int.from_bytes(mask, "little")).to_bytes(len(mask), "little")
     return (b"" if b"\x00" not in alive else alive), live.root
 
 
