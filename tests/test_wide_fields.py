@@ -26,7 +26,14 @@ import numpy as np
 import pytest
 
 import factorspec_cp as fs
-from factorspec_cp.tokenmap.layout import EnumSlot, _AskedSlot, field_matcher, open_slot, render_value
+from factorspec_cp.tokenmap.layout import (
+    EnumSlot,
+    _AskedSlot,
+    admissible_branches,
+    field_matcher,
+    open_slot,
+    render_value,
+)
 
 _spec = importlib.util.spec_from_file_location("bruteforce", Path(__file__).with_name("bruteforce.py"))
 bruteforce = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
@@ -431,20 +438,26 @@ def test_a_token_inside_a_wide_value_steps_as_the_layout_does(smollm2: Any, peop
 
 @pytest.mark.parametrize("people", [2, 3])
 def test_a_wide_value_that_branches_plans_nothing_as_the_planner_finds(smollm2: Any, people: int) -> None:
-    """``Decoder._value_branches`` (two admissible values part in the next byte, from the admissible counts) holds
-    only where the planner, asking the layout, plans nothing; and it holds at the model's choices inside values."""
+    """``Decoder._value_branches`` (two admissible values part in the next byte, or the bytes all of them write next
+    could merge with what follows, from the admissible counts) holds only where the planner, asking the layout, plans
+    nothing, at every position of random walks; and it holds at the model's choices inside values, at bytes that
+    would cross (the ``:`` after an hour) and before values (the `` "`` before a time)."""
     for dec, tokens in _meeting_walks(smollm2, people, people + 40):
-        held = inside = 0
+        held = inside = crossing = before = 0
         for t in tokens:
             state = dec._frames[-1].state
-            if dec._slot_place(state) is not None:
-                inside += 1
-                planned = dec._compute_plan(state)
-                if dec._value_branches(state):  # (where it does not hold the plan may be empty too: the planner
-                    held += 1  # stops before a token that could run into what follows)
-                    assert planned == ()
+            planned = dec._compute_plan(state)
+            inside += dec._slot_place(state) is not None
+            if dec._value_branches(state):  # (where it does not hold the plan may be empty too)
+                held += 1
+                assert planned == ()
+                place, counts = dec._value_at(state)
+                if place is None:
+                    before += 1
+                elif not admissible_branches(place[1], counts[1], place[2][2]):
+                    crossing += 1
             dec.consume(t)
-        assert held >= 8 and inside >= held
+        assert held >= 8 and inside >= held - before and crossing >= 1 and before >= 1, (held, crossing, before)
 
 
 @pytest.mark.parametrize("people", [2, 3])
