@@ -1679,12 +1679,15 @@ class Decoder:
         data = forced[:cut]
         where = sorted(events)  # the offsets where values complete
         tokens, marks, j, w = self.vocab.tokens, len(mark_at), 0, 0  # (tokens advance: the last mark, event so far)
+        longest, size = index.longest, len(data)
         for t in self.vocab.encode(text):
             tb = tokens[t]
             if tb is None or data[at:at + len(tb)] != tb:
                 break  # the canonical encoding does not spell the bytes token by token: stop here
-            if not end and index.crosses(data[at:]):
-                break  # a longer token starting here could run into what follows
+            # a longer token starting here could run into what follows (none can where the rest is as long as the
+            # longest token with its first byte: crosses' own first test, made here without slicing the rest)
+            if not end and size - at < longest[data[at]] and index.crosses(data[at:]):
+                break
             at += len(tb)
             evs: tuple[Any, ...] = ()
             while w < len(where) and where[w] <= at:  # the values completed inside the token

@@ -1015,6 +1015,17 @@ class Layout:
     def advance(self, state: State, data: bytes, *, admissible: Admissible | _Filter | None = None) -> State | None:
         """The state after ``data``, or ``None`` when no record (with admissible field values) continues so."""
         flt = self._flt(admissible)
+        if len(data) == 1 and len(state.threads) == 1:  # (a planner's step, a consume's one-byte token: no sets)
+            (core, pending), = state.threads
+            out = self._step(core, data[0], flt)
+            if len(out) == 1:
+                c2, ev = out[0]
+                done = pending + ev if ev else pending
+                # one thread: every event it completed is released (as _release does)
+                return State(frozenset({(c2, ())}), done) if done else State(frozenset({(c2, pending)}))
+            if not out:
+                return None
+            return _release({(c2, pending + ev if ev else pending) for c2, ev in out})
         cur: set[Thread] = set(state.threads)
         for b in data:
             nxt: set[Thread] = set()
