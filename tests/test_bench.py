@@ -112,3 +112,21 @@ def test_bench_breakdown_tiny(tmp_path: Path) -> None:
     assert not any(hasattr(getattr(owner, name), "__wrapped__") for owner, name, _ in _targets())
     assert difference._core is None or type(difference._core).__name__ == "module"
     assert "| search (C) |" in (tmp_path / "breakdown.md").read_text()
+
+
+def test_bench_masks_walks_each_tokenizer_on_its_own_declaration(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``bench masks`` on one calendar problem and two tokenizers: both walks reproduce the gold and are replayed
+    through XGrammar, and neither walks the declaration it was handed (each walks its own copy, a first request on
+    its declaration: nothing is built on the original, so no tokenizer finds another's declaration caches warm)."""
+    pytest.importorskip("xgrammar")
+    from factorspec_cp.bench import masks
+    from factorspec_cp.workloads import calendar
+
+    ex = next(iter(calendar.examples()))
+    spec, gold = calendar.declaration(calendar.problem(ex)), calendar.gold_record(ex)
+    monkeypatch.setattr(masks, "problems", lambda *args: iter([("calendar", spec, gold)]))
+    res = masks.run_masks(0, 1, 0, vocabs=["smollm2", "qwen3"])
+    assert set(res["rows"]) == {"calendar/smollm2", "calendar/qwen3"}
+    for row in res["rows"].values():
+        assert row["records"] == 1 and row["tokens"] > 0 and row["xgrammar_cpu_us_per_token"] > 0
+    assert "_decoders" not in spec.__dict__ and not spec._encoded.get("difference")
