@@ -69,8 +69,8 @@ from .layout import (
     Layout,
     State,
     admissible_branches,
+    admissible_common,
     admissible_counts,
-    admissible_ends,
     same_domain,
 )
 from .strings import Closing, StringMasks
@@ -1156,14 +1156,11 @@ class Decoder:
         # the bytes every admissible value writes next, then two part: the planner plans those bytes (and the fixed
         # ones before the slot) and nothing more, so nothing where their first token could run past them (the
         # ``:`` after an hour, with ``:3``, ``:30`` in the vocabulary; the `` "`` before a time, with `` "1``)
-        ends = admissible_ends(m, counts, sub)
-        if ends is None:
+        common = admissible_common(m, counts, sub)
+        if common is None:
             return False
-        (a, z), k = ends, len(sub)
-        while k < len(a) and k < len(z) and a[k] == z[k]:
-            k += 1
-        data = before + a[len(sub):k]
-        return data.isascii() and admissible_branches(m, counts, a[:k]) and self._c.index.crosses(data)
+        data = before + common
+        return data.isascii() and admissible_branches(m, counts, sub + common) and self._c.index.crosses(data)
 
     def _value_at(self, state: State, kept: Any = None) -> tuple[Any, Any]:
         """The slot's place (:meth:`_slot_place`; ``None`` outside a wide value) and its admissible counts

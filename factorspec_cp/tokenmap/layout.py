@@ -301,14 +301,8 @@ class _AskedSlot:
         with ``sub`` writes next (the longest common prefix of the first and last of them in sorted order, less
         ``sub``); ``None`` where not settled or nothing admissible starts so. No proper prefix of those bytes completes
         an admissible value: it would sort first and be shorter than the common prefix."""
-        ends = self._ends(sub)
-        if ends is None:
-            return None
-        a, z = ends
-        n = len(sub)
-        while n < len(a) and n < len(z) and a[n] == z[n]:
-            n += 1
-        return a[len(sub):n]
+        counts = self._settled()
+        return None if counts is None else admissible_common(self.m, counts, sub)  # type: ignore[arg-type]
 
     def branches(self, sub: bytes) -> bool:
         """Where settled (:meth:`_settled`): :func:`admissible_branches` (nothing is certain after ``sub``)."""
@@ -356,6 +350,18 @@ def admissible_ends(m: EnumSlot, counts: Sequence[int], sub: bytes) -> tuple[byt
     first = bisect_left(counts, below + 1, lo + 1, hi + 1) - 1
     last = bisect_left(counts, upto, lo, hi + 1) - 1
     return m.renders[first], m.renders[last]
+
+
+def admissible_common(m: EnumSlot, counts: Sequence[int], sub: bytes) -> bytes | None:
+    """The bytes every admissible value whose rendering starts with ``sub`` writes next (the longest common prefix of
+    the first and last of them in sorted order, less ``sub``), given the admissible counts; ``None`` where none does."""
+    ends = admissible_ends(m, counts, sub)
+    if ends is None:
+        return None
+    (a, z), n = ends, len(sub)
+    while n < len(a) and n < len(z) and a[n] == z[n]:
+        n += 1
+    return a[len(sub):n]
 
 
 def admissible_branches(m: EnumSlot, counts: Sequence[int], sub: bytes) -> bool:
