@@ -75,6 +75,18 @@ def tiktoken_reference(name: str):
 
 
 @cache
+def tokenizers_reference(name: str):
+    """The `tokenizers` BPE the cache keeps beside the ranks (encoder.json): a second engine over the same ranks
+    (encode itself runs tiktoken for Qwen3 and Llama 3)."""
+    from tokenizers import Tokenizer
+
+    vocab(name)
+    folder = next((bundled.cache_dir() / "vocab").glob(f"{name}-*"))
+    tok = Tokenizer.from_file(str(folder / "encoder.json"))
+    return lambda text: tok.encode(text, add_special_tokens=False).ids
+
+
+@cache
 def quicktok_reference(name: str):
     import quicktok
 
@@ -165,7 +177,18 @@ def test_round_trip(name: str, text: str) -> None:
 @pytest.mark.parametrize("name", ["qwen3", "llama3"])
 @pytest.mark.parametrize("text", TEXTS)
 def test_encode_matches_tiktoken(name: str, text: str) -> None:
-    assert vocab(name).encode(text) == tiktoken_reference(name)(text)
+    assert vocab(name).encode(text) == tiktoken_reference(name)(text) == tokenizers_reference(name)(text)
+
+
+def test_rank_vocabularies_encode_with_tiktoken() -> None:
+    """Qwen3 and Llama 3 (tiktoken ranks) encode with tiktoken, SmolLM2 (GGUF merges) with its `tokenizers` BPE."""
+    import tiktoken
+
+    for name in NAMES:
+        v = vocab(name)
+        v.encode("x")
+        owner = getattr(v._encoder, "__self__", None)
+        assert isinstance(owner, tiktoken.Encoding) == (name in ("qwen3", "llama3")), name
 
 
 @pytest.mark.parametrize("name", ["qwen3", "llama3"])
@@ -195,7 +218,7 @@ _ALPHABET = st.characters(codec="utf-8", exclude_categories=["Cs"]) | st.sampled
 @given(st.text(_ALPHABET, max_size=40))
 def test_random_text_matches_references(text: str) -> None:
     for name in ("qwen3", "llama3"):
-        assert vocab(name).encode(text) == tiktoken_reference(name)(text), name
+        assert vocab(name).encode(text) == tiktoken_reference(name)(text) == tokenizers_reference(name)(text), name
     for name in NAMES:
         if UNSPELLABLE.get(name, set()) & set(text.encode()):
             continue
