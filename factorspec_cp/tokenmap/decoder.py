@@ -644,7 +644,7 @@ class _Step(NamedTuple):
     events: tuple[tuple[str, Any], ...] = ()
 
 
-@dataclass
+@dataclass(slots=True)
 class _Frame:
     """One position: the layout state, whether the session got a push for it (and the field values assigned after
     it), and the certain run planned."""
