@@ -141,6 +141,7 @@ class TokenIndex:
             if len(t) > self.longest[t[0]]:
                 self.longest[t[0]] = len(t)
         self._next: dict[tuple[int, int, int], frozenset[int]] = {}
+        self._crosses: dict[bytes, bool] = {}  # crosses' answers (a run's last bytes recur: `", "end":`, `":`)
         by_bytes = {t: (i,) for t, i in reversed(pairs)}  # the ids of the content tokens spelling each byte string
         for k in range(1, len(pairs)):  # a spelling of several ids (rare): sorted by (bytes, id), they are neighbours
             if pairs[k][0] == pairs[k - 1][0]:
@@ -210,8 +211,14 @@ class TokenIndex:
         """Whether some token is longer than ``text`` and starts with it (could merge with what follows)."""
         if text and len(text) >= self.longest[text[0]]:  # no token starting with its first byte is longer
             return False
-        a, b = self.span(text)
-        return b - a > (1 if a < b and self.toks[a] == text else 0)
+        hit = self._crosses.get(text)
+        if hit is None:
+            a, b = self.span(text)
+            hit = b - a > (1 if a < b and self.toks[a] == text else 0)
+            if len(self._crosses) > 1 << 16:
+                self._crosses.clear()
+            self._crosses[text] = hit
+        return hit
 
 
 # ------------------------------------------------------------------------------------------------- choice tables
@@ -752,6 +759,10 @@ class Decoder:
             if not session.wide(p):
                 vals = session.admissible(p) if flt is None else flt.answer(p)
                 if len(vals) == 1 and jkey(vals[0]) == jkey(v):
+                    continue
+            else:  # a wide field settled to that one value (a meeting's end time its start and length decide)
+                mask = (session.questions(p) if flt is None else flt.answer(p)).settled()
+                if mask is not None and mask.count(1) == 1 and mask[fields[p].index(v)] == 1:
                     continue
             out.append((p, v))
         return out
