@@ -130,3 +130,29 @@ def test_bench_masks_walks_each_tokenizer_on_its_own_declaration(monkeypatch: py
     for row in res["rows"].values():
         assert row["records"] == 1 and row["tokens"] > 0 and row["xgrammar_cpu_us_per_token"] > 0
     assert "_decoders" not in spec.__dict__ and not spec._encoded.get("difference")
+
+
+def test_bench_masks_splits_cpu_by_position(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``bench masks`` splits our CPU by kind of position (a run planned, a planned token taken, the model's
+    choice): the kinds cover every token and the whole CPU, a planned position is certain, and each certain position
+    right after a choice is one where a run was planned (a chosen token leaves no plan behind it)."""
+    pytest.importorskip("xgrammar")
+    from factorspec_cp.bench import masks
+    from factorspec_cp.workloads import meeting
+
+    ex = next(iter(meeting.examples()))
+    spec, gold = meeting.declaration(ex), meeting.gold_record(ex)
+    walk = masks.gold_walk(meeting.declaration(ex), masks.VOCABS["smollm2"](), gold)
+    certain, planned = walk["certain"], walk["planned"]
+    assert len(planned) == len(certain) == len(walk["tokens"])
+    assert all(c for c, p in zip(certain, planned) if p)
+    after_choice = [i for i in range(1, len(certain)) if certain[i] and not certain[i - 1]]
+    assert after_choice and all(planned[i] for i in after_choice)
+    monkeypatch.setattr(masks, "problems", lambda *args: iter([("meeting", spec, gold)]))
+    row = masks.run_masks(0, 0, 1, vocabs=["smollm2"])["rows"]["meeting/smollm2"]
+    split = row["cpu_by_position"]
+    assert set(split) == set(masks.POSITIONS) and all(split[k]["n"] > 0 for k in masks.POSITIONS)
+    assert sum(v["n"] for v in split.values()) == row["tokens"]
+    assert sum(v["us_per_token"] for v in split.values()) == pytest.approx(row["cpu_us_per_token"], abs=0.05)
+    assert sum(v["share"] for v in split.values()) == pytest.approx(1.0, abs=0.002)
+    assert "Where our CPU per token goes, by position" in masks.report_md({"rows": {"meeting/smollm2": row}})

@@ -14,7 +14,8 @@ caches warm, 1-3 us per token on meeting).
 
 Figures: mask latency p50/p99 (all positions, and the positions that needed a choice), masks per second, the share
 of record tokens that are certain, constraint CPU seconds per record token (fill_mask + consume + planning, over
-all positions), and the same for XGrammar. Writes ``benchmarks/masks.json`` and ``masks.md``.
+all positions), and the same for XGrammar; our CPU split by kind of position (a run planned there, a planned token
+taken, the model's choice). Writes ``benchmarks/masks.json`` and ``masks.md``.
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ def gold_walk(spec: Spec, vocab: Vocabulary, gold: Any, meter: Any = None) -> di
     target = dec.layout.render(gold).encode()
     row = np.zeros((vocab.size + 31) // 32, dtype=np.int32)
     by_bytes, longest, specials = token_lookup(vocab)
-    fills, consumes, certain, tokens, cpu = [], [], [], [], []
+    fills, consumes, certain, tokens, cpu, planned = [], [], [], [], [], []
     clock = time.perf_counter
     first_string: list[float] = []
     in_string = False
@@ -96,6 +97,7 @@ def gold_walk(spec: Spec, vocab: Vocabulary, gold: Any, meter: Any = None) -> di
     while not dec.is_terminated():
         entering = dec.layout.free_string(dec._frames[-1].state) is not None
         first, in_string = entering and not in_string, entering
+        fresh = dec._frames[-1].plan is None  # no plan here yet: certain_run plans (a run, or nothing to draft)
         if on:
             meter.active = True
         t0 = clock()
@@ -127,10 +129,11 @@ def gold_walk(spec: Spec, vocab: Vocabulary, gold: Any, meter: Any = None) -> di
         consumes.append(t4 - t3)
         cpu.append((t1 - t0) + (t4 - t3) + (0.0 if run else t2 - t1))
         certain.append(bool(run))
+        planned.append(fresh and bool(run))
         tokens.append(tok)
     if dec.record() != json.loads(target):
         raise AssertionError("the gold walk did not reproduce the gold record")
-    return {"tokens": tokens, "fill": fills, "consume": consumes, "certain": certain, "cpu": cpu,
+    return {"tokens": tokens, "fill": fills, "consume": consumes, "certain": certain, "cpu": cpu, "planned": planned,
             "solver_seconds": dec.stats.solver_seconds, "setup_seconds": setup, "first_string": first_string}
 
 
@@ -187,6 +190,11 @@ def cold_string_build(vocab: Vocabulary) -> float | None:
     return time.perf_counter() - t
 
 
+#: the kinds of position a walk's CPU is split by: where ``certain_run`` planned a run (its tokens, the row where it
+#: ends), where a planned token was taken, and where the model chose (the row computed there, its fill, the consume)
+POSITIONS = ("planned", "taken", "choice")
+
+
 def run_masks(per_size: int = 4, calendar_n: int = 10, meeting_n: int = 3, bfcl_n: int = 0, note_n: int = 0,
               vocabs: list[str] | None = None, progress: bool = False) -> dict[str, Any]:
     from .masks_xgrammar import time_masks
@@ -209,7 +217,8 @@ def run_masks(per_size: int = 4, calendar_n: int = 10, meeting_n: int = 3, bfcl_
             g = groups.setdefault(f"{group}/{v}", {"records": 0, "tokens": 0, "certain": 0, "fill": [],
                                                    "fill_choice": [], "xg_choice": [], "cpu": 0.0, "xg_fill": [],
                                                    "xg_cpu": 0.0, "solver": 0.0, "per_record": [], "setup": [],
-                                                   "xg_compile": [], "first_string": []})
+                                                   "xg_compile": [], "first_string": [],
+                                                   "by_position": {k: [0, 0.0] for k in POSITIONS}})
             n = len(ours["tokens"])
             xf = theirs["fill_mask_seconds"][0]
             xg_cpu = sum(xf) + sum(theirs["consume_seconds"][0])
@@ -227,6 +236,10 @@ def run_masks(per_size: int = 4, calendar_n: int = 10, meeting_n: int = 3, bfcl_
             g["setup"].append(ours["setup_seconds"])
             g["xg_compile"].append(theirs["compile_seconds"])
             g["first_string"] += ours["first_string"]
+            for c, p, t in zip(ours["certain"], ours["planned"], ours["cpu"]):
+                acc = g["by_position"]["planned" if p else "taken" if c else "choice"]
+                acc[0] += 1
+                acc[1] += t
         if progress:
             print(f"\r  masks: problem {k + 1}/{len(items)} ({group})", end="", file=sys.stderr, flush=True)
     if progress:
@@ -254,6 +267,10 @@ def run_masks(per_size: int = 4, calendar_n: int = 10, meeting_n: int = 3, bfcl_
             "solver_us_per_token": round(g["solver"] / g["tokens"] * 1e6, 2),
             "setup_ms": summary_ms(g["setup"]), "xgrammar_compile_ms": summary_ms(g["xg_compile"]),
             "first_string_mask_ms": summary_ms(g["first_string"]),
+            "cpu_by_position": {k: {"n": n, "us_each": round(t / n * 1e6, 2) if n else 0.0,
+                                    "us_per_token": round(t / g["tokens"] * 1e6, 2),
+                                    "share": round(t / g["cpu"], 4) if g["cpu"] else 0.0}
+                                for k, (n, t) in g["by_position"].items()},
         }
     res: dict[str, Any] = {"rows": rows}
     if cold:
@@ -299,6 +316,20 @@ def report_md(res: dict[str, Any]) -> str:
             f"{'' if pc is None else pc} | "
             f"{m['p99']:.3f} / {x['p99']:.4f} | {su.get('p50', 0):.1f} / {su.get('p99', 0):.1f} | "
             f"{xs.get('p50', 0):.1f} / {xs.get('p99', 0):.1f} | {r['solver_us_per_token']:.1f} |")
+    split = [(k, r["cpu_by_position"]) for k, r in res["rows"].items() if r.get("cpu_by_position")]
+    if split:
+        lines += ["", "Where our CPU per token goes, by position: *planned*, where `certain_run` planned a run (the "
+                  "walk of the layout to the next choice, the session's questions under the values just written, the "
+                  "tokens, the row where the run ends); *taken*, a planned token taken (`certain_run` and `consume`); "
+                  "*choice*, where the model chose (the row computed at `certain_run`, the fill, the `consume`). Each: "
+                  "positions per record, us each, us per record token and share of our CPU.", "",
+                  "| workload / tokenizer | planned: per record, us each, us/token, share | taken: per record, "
+                  "us each, us/token, share | choice: per record, us each, us/token, share |", "|---|---|---|---|"]
+        for k, b in split:
+            records = res["rows"][k]["records"]
+            lines.append(f"| {k} | " + " | ".join(
+                f"{b[p]['n'] / records:.1f}, {b[p]['us_each']:.1f}, {b[p]['us_per_token']:.2f}, {b[p]['share']:.0%}"
+                for p in POSITIONS) + " |")
     strings = [(k, r["first_string_mask_ms"]) for k, r in res["rows"].items()
                if r.get("first_string_mask_ms", {}).get("n")]
     if strings:
