@@ -309,11 +309,6 @@ class _AskedSlot:
         counts = self._settled()
         return counts is not None and admissible_branches(self.m, counts, sub)  # type: ignore[arg-type]
 
-    def _ends(self, sub: bytes) -> tuple[bytes, bytes] | None:
-        """Where settled: :func:`admissible_ends`; ``None`` where not settled or nothing admissible starts so."""
-        counts = self._settled()
-        return None if counts is None else admissible_ends(self.m, counts, sub)  # type: ignore[arg-type]
-
     def admits(self, sub: bytes) -> bool:
         k = self.m.index_of(sub)
         if k is None or not self.has_prefix(sub):
