@@ -406,6 +406,31 @@ def test_nothing_the_declaration_keeps_holds_a_dropped_decoder_or_its_session(wi
             gc.enable()
 
 
+@pytest.mark.parametrize("collect", [True, False])
+def test_prime_leaves_the_set_up_to_the_old_generation(collect: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``prime`` ends with a collection of the young generations (``PRIME_COLLECT``): the session and the frames
+    the set-up made are then in the oldest generation, where the collections inside the decode steps do not walk
+    them; without it (automatic collections off, so none moves them) they are still young."""
+    import gc
+
+    from factorspec_cp.tokenmap import decoder as D
+    monkeypatch.setattr(D, "PRIME_COLLECT", collect)
+    spec = fs.Spec({"type": "object", "required": ["a", "b"], "properties": {
+        "a": {"type": "integer", "minimum": 0, "maximum": 3},
+        "b": {"type": "integer", "minimum": 0, "maximum": 3}}}, [fs.Linear([[1, "/a"], [1, "/b"]], "==", 3)])
+    vocab = Vocabulary.smollm2()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        dec = spec.decoder(vocab).prime()
+        old = {id(o) for o in gc.get_objects(generation=2)}
+        made = [dec, dec.session, dec._frames]
+        assert [id(o) in old for o in made] == [collect] * len(made)
+    finally:
+        if was:
+            gc.enable()
+
+
 def test_a_kept_filter_asked_under_another_assignment_raises() -> None:
     """A decoder keeps one layout filter per assignment; asked after the assignment changed, it would answer for the
     old one, so it raises instead."""
