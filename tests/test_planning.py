@@ -265,6 +265,35 @@ def test_taking_a_plan_at_once_equals_consuming_its_tokens(vocab, name):
     assert runs >= (5 if name == "meeting" else 1)
 
 
+@pytest.mark.parametrize("name", ["note", "tool-call", "meeting"])
+def test_a_planned_steps_state_made_when_read_is_the_stepped_one(vocab, name):
+    """A planned token inside a stretch of fixed bytes keeps how to make its layout state (``_Later``), made when a
+    frame's state is first read: along a random canonical walk, every frame's state equals the one an exact-mode
+    decoder (which plans nothing, and steps each token's bytes through the layout) reaches on the same tokens; the
+    walk took planned tokens whose states were not made yet."""
+    from factorspec_cp.tokenmap.decoder import _Later
+    a, b = _decoder_pair(vocab, name)
+    b = b.spec.decoder(vocab, mode="exact")  # (its own copy of the declaration)
+    rng = random.Random(5)
+    later = 0
+    for _ in range(300):
+        if a.is_terminated():
+            break
+        run = a.certain_run(64)
+        if run:
+            for t in run:
+                a.consume(t)
+                later += type(a._frames[-1].st) is _Later
+                b.consume(t)
+            continue
+        ids = a.allowed_tokens()
+        t = int(ids[rng.randrange(len(ids))])
+        a.consume(t)
+        b.consume(t)
+    assert later >= 10
+    assert [f.state for f in a._frames] == [f.state for f in b._frames]
+
+
 @pytest.mark.parametrize("name", ["note", "tool-call", "meeting", "calendar"])
 def test_a_drafts_empty_plan_computes_the_row_the_fill_would(vocab, name):
     """Where the engine asks for its draft (``certain_run``) and nothing is certain, the row there is computed with
