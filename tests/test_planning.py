@@ -209,9 +209,9 @@ def test_choice_table_rows_equal_the_walk(vocab_name, name):
     assert len(tables) == 1  # one schema: the group's declarations share one set of tables
 
 
-def _decoder_pair(vocab: Vocabulary, name: str) -> tuple[Any, Any]:
-    """Two canonical decoders of one declaration (``SPECS[name]``, or a meeting or calendar problem), each on a copy
-    of its own: no cache shared between them or with other tests."""
+def _decoder_pair(vocab: Vocabulary, name: str, second: str = "canonical") -> tuple[Any, Any]:
+    """Two decoders of one declaration (``SPECS[name]``, or a meeting or calendar problem), each on a copy of its
+    own: no cache shared between them or with other tests. The first is canonical, the second in mode ``second``."""
     from factorspec_cp.workloads import calendar, meeting
     if name == "meeting":
         src = meeting.declaration(next(e for k, e in enumerate(meeting.examples()) if k == 1))
@@ -220,7 +220,7 @@ def _decoder_pair(vocab: Vocabulary, name: str) -> tuple[Any, Any]:
     else:
         src = SPECS[name]
     a, b = (Spec.from_json(json.loads(json.dumps(src.to_json()))) for _ in range(2))
-    return a.decoder(vocab), b.decoder(vocab)
+    return a.decoder(vocab), b.decoder(vocab, mode=second)
 
 
 def _frame_view(dec: Any) -> list[tuple[Any, ...]]:
@@ -272,8 +272,7 @@ def test_a_planned_steps_state_made_when_read_is_the_stepped_one(vocab, name):
     decoder (which plans nothing, and steps each token's bytes through the layout) reaches on the same tokens; the
     walk took planned tokens whose states were not made yet."""
     from factorspec_cp.tokenmap.decoder import _Later
-    a, b = _decoder_pair(vocab, name)
-    b = b.spec.decoder(vocab, mode="exact")  # (its own copy of the declaration)
+    a, b = _decoder_pair(vocab, name, second="exact")
     rng = random.Random(5)
     later = 0
     for _ in range(300):

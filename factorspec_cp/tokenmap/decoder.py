@@ -248,8 +248,9 @@ WIDE_TABLES = True
 PRIME_WIDE_VALUES = 2048
 #: :meth:`Decoder.prime` ends with a collection of the garbage collector's young generations (``gc.collect(1)``): the
 #: objects the set-up made (the session's states, tables, the first run's frames) are walked by it once there, off
-#: the step loop, not by the first generation-1 collection inside the decode steps (0.6-1 ms for a meeting record's,
-#: about 1 us per token of its walk); the full generation is left alone (tens of ms on a server's heap)
+#: the step loop, not by the generation-1 collections inside the decode steps (0.8-1.0 ms each on meeting; this
+#: collection 0.3 ms p50, and the walk 0.5-1.4 us per token cheaper, measured in stop 39's notes); the oldest
+#: generation is left alone (a full collection took about 70 ms per set-up on the masks bench's heap)
 PRIME_COLLECT = True
 #: the largest domain whose masks come from :class:`WideTable` s (built ahead by prime: a day of minutes, 900; above,
 #: BFCL's dates with thousands of prefixes, the walk of the token index)
