@@ -163,15 +163,17 @@ class Session:
     def assign(self, path: str, value: Any) -> None:
         """Fix a field to a value of its domain. Any domain value is accepted (then nothing may be admissible)."""
         f = self._field(path)
-        if value not in f:
-            raise InvalidAssignment(f"{value!r} is not in the domain of {path}")
+        try:
+            k = f.index(value)  # (once: a decoder assigns each value it writes)
+        except KeyError:
+            raise InvalidAssignment(f"{value!r} is not in the domain of {path}") from None
         if path in self._assigned:
-            if f.index(self._assigned[path]) != f.index(value):
+            if f.index(self._assigned[path]) != k:
                 raise InvalidAssignment(f"{path} is already assigned {self._assigned[path]!r}; use push()/pop()")
             return
         self._assigned[path] = value
         if path in self._scope:
-            k = self._indices[path] = f.index(value)
+            self._indices[path] = k
             key = self._fkey  # the sorted key with one more item: a copy in C, not a sort (a decoder asks it per token)
             if key is not None:
                 i = bisect_left(key, (path, k))

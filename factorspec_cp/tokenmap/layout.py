@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import threading
 import weakref
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -566,6 +566,7 @@ class Layout:
         self._emit(ACCEPT)
         self._closures: dict[tuple[int, tuple[int, ...]], tuple[Core, ...]] = {}
         self._follows: dict[tuple[int, tuple[int, ...]], frozenset[int]] = {}  # :meth:`_follow`
+        self._chains: dict[tuple[int, tuple[int, ...]], tuple[bytes, tuple[int, ...], tuple[Core, ...]]] = {}
         self._pointers: dict[tuple[tuple[str | None, ...], tuple[int, ...]], str] = {}
         self._filtered: dict[Any, EnumSlot] = {}
         self._asking: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
@@ -768,6 +769,32 @@ class Layout:
         self._closures[key] = result
         return result
 
+    def _literals(self, pc: int, ctr: tuple[int, ...]) -> tuple[bytes, tuple[int, ...], tuple[Core, ...]]:
+        """The literal at ``pc`` (array counters ``ctr``) and the literals after it that nothing can branch from: while
+        the only consuming position reachable after a literal's last byte is the start of another literal (a jump, an
+        array's next item or its end, decided by the counters), that one follows. Their bytes, where each starts in
+        them, and each one's position at its start. The fixed syntax between two slots is often several literals (``}``,
+        ``, ``, ``{``, a key): :meth:`forced_bytes` gives them in one step, where stepping the last byte of each in
+        turn found the same bytes. Kept per ``(pc, ctr)``: a function of the layout alone."""
+        key = (pc, ctr)
+        hit = self._chains.get(key)
+        if hit is None:
+            data = self._code[pc][1]
+            starts, cores = [0], [(pc, ctr, 0)]
+            p, c = pc, ctr
+            while len(cores) < 64:
+                nxt = self._closure(p + 1, c)
+                if len(nxt) != 1 or self._code[nxt[0][0]][0] != LIT:
+                    break
+                p, c, _ = nxt[0]
+                starts.append(len(data))
+                cores.append(nxt[0])
+                data += self._code[p][1]
+            if len(self._chains) > 200_000:
+                self._chains.clear()
+            hit = self._chains[key] = (data, tuple(starts), tuple(cores))
+        return hit
+
     def _pointer(self, segs: tuple[str | None, ...], ctr: tuple[int, ...]) -> str:
         key = (segs, ctr)
         ptr = self._pointers.get(key)
@@ -928,8 +955,9 @@ class Layout:
                      ) -> tuple[bytes, Any] | None:
         """For a live state of one thread inside fixed syntax, or at or inside a field slot whose filtered domain
         keeps exactly one value consistent with the bytes typed: the bytes every valid continuation writes next (the
-        rest of the literal, or of that value's rendering), and a function of ``k`` giving the state after ``k`` of
-        them, for ``k`` below their length. The last byte completes the literal or the value and is left to
+        rest of the literal and of the literals nothing can branch from after it (:meth:`_literals`), or the rest of
+        that value's rendering), and a function of ``k`` giving the state after ``k`` of them, for ``k`` below their
+        length. The last byte completes the literal or the value and is left to
         :meth:`advance`, which reports the event and enters what follows. For a wide field (asked, not listed) whose
         answers are settled (:meth:`_AskedSlot.forced`): the bytes all its admissible values consistent with the bytes
         typed write next (the last one left to :meth:`advance` likewise, which may complete a value or not). ``None``
@@ -943,8 +971,15 @@ class Layout:
         ((pc, ctr, sub), pending), = state.threads
         ins = self._code[pc]
         if ins[0] == LIT:
-            rest = ins[1][sub:]
-            return rest, lambda k: State(frozenset({((pc, ctr, sub + k), pending)}))
+            data, starts, cores = self._literals(pc, ctr)
+            if len(starts) == 1:
+                return data[sub:], lambda k: State(frozenset({((pc, ctr, sub + k), pending)}))
+
+            def at(k: int) -> State:
+                j = bisect_right(starts, sub + k) - 1
+                p, c, _ = cores[j]
+                return State(frozenset({((p, c, sub + k - starts[j]), pending)}))
+            return data[sub:], at
         if ins[0] != FIELD:
             return None
         allowed = self._allowed(ins, ctr, self._flt(admissible))
