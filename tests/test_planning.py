@@ -105,6 +105,31 @@ def test_forced_bytes_are_forced_and_their_states_match(name, seed):
     assert seen
 
 
+def test_fixed_syntax_between_two_slots_is_one_step():
+    """Between one item's last value and the next item's first slot, the closing brace, the comma, the opening brace
+    and the first key are several literals of the layout: ``forced_bytes`` gives them in one step, exactly the bytes
+    the matcher admits one at a time (unfiltered: only fixed syntax) up to the next slot, and its state function
+    gives the matcher's state at every offset, in each of those literals."""
+    spec = Spec({"type": "object", "required": ["items"], "properties": {"items": {
+        "type": "array", "minItems": 3, "maxItems": 3, "items": {
+            "type": "object", "required": ["a", "b"], "properties": {"a": {"enum": [1, 2]}, "b": {"enum": [3, 4]}}}}}})
+    lay = Layout(spec)
+    st = lay.advance(lay.start(), b'{"items": [{"a": 1, "b": 3')
+    assert st is not None
+    data, at = lay.forced_bytes(st)
+    assert data == b'}, {"a": '
+    cur = st
+    for k in range(len(data)):
+        assert lay.allowed_next_bytes(cur) == frozenset({data[k]})
+        if k:
+            assert at(k) == cur
+        cur = lay.advance(cur, data[k:k + 1])
+    assert len(lay.allowed_next_bytes(cur)) == 2  # the next item's first slot: 1 or 2
+    # the last item: its closing brace, the array's and the record's are what follows, and then nothing
+    last = lay.advance(lay.start(), b'{"items": [{"a": 1, "b": 3}, {"a": 1, "b": 3}, {"a": 2, "b": 4')
+    assert last is not None and lay.forced_bytes(last)[0] == b"}]}"
+
+
 @pytest.mark.parametrize("name", ["note", "tool-call"])
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_advance_in_string_equals_byte_by_byte(name, seed):
