@@ -93,16 +93,22 @@ def test_forced_bytes_are_forced_and_their_states_match(name, seed):
         got = lay.forced_bytes(st, admissible=flt)
         if got is None:
             continue
-        data, at = got
         seen += 1
-        cur = st
-        for k in range(len(data)):  # every byte is the only one admitted, and the states on the way are advance's
-            assert lay.allowed_next_bytes(cur, admissible=flt) == frozenset({data[k]}), (data, k)
-            if k:
-                assert at(k) == cur
-            cur = lay.advance(cur, data[k:k + 1], admissible=flt)
-            assert cur is not None
+        _step_through(lay, st, *got, flt)
     assert seen
+
+
+def _step_through(lay: Layout, st: State, data: bytes, at: Any, flt: Any = None) -> State:
+    """Step ``forced_bytes``' bytes one at a time from ``st``: each is the only one the matcher admits there, and
+    ``at(k)`` is the state ``advance`` reaches after ``k`` of them. Returns the state after all of them."""
+    cur = st
+    for k in range(len(data)):
+        assert lay.allowed_next_bytes(cur, admissible=flt) == frozenset({data[k]}), (data, k)
+        if k:
+            assert at(k) == cur
+        cur = lay.advance(cur, data[k:k + 1], admissible=flt)  # type: ignore[assignment]
+        assert cur is not None
+    return cur
 
 
 def test_fixed_syntax_between_two_slots_is_one_step():
@@ -118,12 +124,7 @@ def test_fixed_syntax_between_two_slots_is_one_step():
     assert st is not None
     data, at = lay.forced_bytes(st)
     assert data == b'}, {"a": '
-    cur = st
-    for k in range(len(data)):
-        assert lay.allowed_next_bytes(cur) == frozenset({data[k]})
-        if k:
-            assert at(k) == cur
-        cur = lay.advance(cur, data[k:k + 1])
+    cur = _step_through(lay, st, data, at)
     assert len(lay.allowed_next_bytes(cur)) == 2  # the next item's first slot: 1 or 2
     # the last item: its closing brace, the array's and the record's are what follows, and then nothing
     last = lay.advance(lay.start(), b'{"items": [{"a": 1, "b": 3}, {"a": 1, "b": 3}, {"a": 2, "b": 4')

@@ -957,11 +957,11 @@ class Layout:
         keeps exactly one value consistent with the bytes typed: the bytes every valid continuation writes next (the
         rest of the literal and of the literals nothing can branch from after it (:meth:`_literals`), or the rest of
         that value's rendering), and a function of ``k`` giving the state after ``k`` of them, for ``k`` below their
-        length. The last byte completes the literal or the value and is left to
-        :meth:`advance`, which reports the event and enters what follows. For a wide field (asked, not listed) whose
-        answers are settled (:meth:`_AskedSlot.forced`): the bytes all its admissible values consistent with the bytes
-        typed write next (the last one left to :meth:`advance` likewise, which may complete a value or not). ``None``
-        elsewhere, and for a wide field whose answers are not settled.
+        length. The last byte completes the literal or the value and is left to :meth:`advance`, which reports the
+        event and enters what follows. For a wide field (asked, not listed) whose answers are settled
+        (:meth:`_AskedSlot.forced`): the bytes all its admissible values consistent with the bytes typed write next
+        (the last one left to :meth:`advance` likewise, which may complete a value or not). ``None`` elsewhere, and for
+        a wide field whose answers are not settled.
 
         This is how a planner takes fixed syntax and certain values in one step each, not byte by byte: one thread
         means no other branch is open, and with one value left no proper prefix of it completes a value the filter
@@ -972,8 +972,6 @@ class Layout:
         ins = self._code[pc]
         if ins[0] == LIT:
             data, starts, cores = self._literals(pc, ctr)
-            if len(starts) == 1:
-                return data[sub:], lambda k: State(frozenset({((pc, ctr, sub + k), pending)}))
 
             def at(k: int) -> State:
                 j = bisect_right(starts, sub + k) - 1
