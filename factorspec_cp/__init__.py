@@ -8,6 +8,10 @@
 [2, 3]
 """
 
+from ._native import check as _check_build
+
+_check_build()  # before any compiled module is imported: the compiled build, or the sources where it is stale
+
 from .errors import (
                      BackendUnsupported,
                      DeclarationError,

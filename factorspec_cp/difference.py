@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from .spec import Instance, Spec
 
 try:
-    from . import _difference as _core
+    from . import _difference as _core  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - the extension is built by pip; without it sessions use their solver
     _core = None
 
@@ -231,7 +231,9 @@ class DifferenceModel:
         components aside), by the search, with the candidates not refuted (``live``: as for :meth:`admissible`);
         ``None`` where it is left to the solver."""
         comp = self.component(path)
-        cand = None if comp is None else self._candidates(comp, fixed)
+        if comp is None:
+            return None
+        cand = self._candidates(comp, fixed)
         if cand is None:
             return None
         grid, active, free, rows, depth = cand[:5]
@@ -268,6 +270,7 @@ class DifferenceModel:
             root = comp._candidates.get(comp.free_key)
             if root is None:
                 root = self._candidates(comp, {})  # (side relations read candidate fields only)
+            assert root is not None  # (every completion fits)
             return self._keep(comp, key, self._narrowed(comp, root, key))
         for j, k in enumerate(key):  # a kept table with one of these fields free: its rows with the value (in order)
             if k >= 0:
@@ -293,7 +296,7 @@ class DifferenceModel:
                 keep &= _compare(s, op, rhs)
             else:
                 fields = self.spec.fields
-                for k in np.flatnonzero(keep):
+                for k in np.flatnonzero(keep).tolist():
                     idx = dict(fixed)
                     idx.update((p, int(grid[k, col[p]])) for p in free)
                     vals = {p: fields[p].values[j] for p, j in idx.items()}
@@ -452,7 +455,7 @@ def _component(insts: Sequence[Instance], fields: Any, memo: dict[Any, Any]) -> 
         if not all(type(s) is Linear for s in subs):
             continue
         for s in subs:
-            for t in s.terms:
+            for t in s.terms:  # type: ignore[union-attr]  # (each one a Linear)
                 f = fields[t.path]
                 if f.size > MAX_CANDIDATE_SIZE:
                     times.add(t.path)
@@ -494,5 +497,5 @@ def _component(insts: Sequence[Instance], fields: Any, memo: dict[Any, Any]) -> 
     levels = sum(len(alts) > 1 for _, alts in relations) + len(candidates) + 3
     if levels * (len(times) + 1) ** 2 * 4 > MAX_SEARCH_BYTES:
         return None
-    return Component(sorted(times, key=node.get), candidates, node, relations, side,
+    return Component(sorted(times, key=node.__getitem__), candidates, node, relations, side,
                      {p: fields[p].size for p in scope})

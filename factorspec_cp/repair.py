@@ -10,7 +10,7 @@ decides the rest.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .checks import Check, compiled
@@ -65,7 +65,7 @@ class Repairer:
             hit = spec._encoded["repair"] = cls(spec, instances, paths)
         return hit
 
-    def repair(self, path: str, base: tuple[int, ...], fixed: Sequence[str], known: Known, add: Add, *,
+    def repair(self, path: str, base: tuple[int, ...], fixed: Collection[str], known: Known, add: Add, *,
                steps: int | None = None, tries: int = 0, targets: Sequence[Sequence[Interval]] = ()) -> None:
         """Move the witness ``base`` (value indices in ``paths`` order) at ``path``: step outward while the moved
         record stays valid (at most ``steps`` each way; ``None``: as far as it goes), then try each target group

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from .checks import NARROWED, compile_narrowing
 from .difference import DifferenceModel
@@ -287,6 +288,7 @@ class Session:
         the component (its part is a record of the component). ``None`` where none of these decides. ``st``: the new
         state (``fixed``), which keeps the candidates each search left."""
         dm = self._difference
+        assert dm is not None  # (asked only with a difference model)
         fixed = st.fixed
         by_root: dict[Any, list[tuple[str, int]]] = {}
         for p, k in extra:
@@ -836,6 +838,7 @@ def _shrink(items: list[Any], feasible: Callable[[list[Any]], bool]) -> list[Any
 _NONE: Any = object()
 
 
+@mypyc_attr(native_class=False)  # (compiled: a Python class, a layout keeps weak references to it)
 class FieldQuestions:
     """Piecewise questions about one field under one assignment (from :meth:`Session.questions`): what a decoder
     asks of a wide field instead of its whole admissible list. Groups are lists of inclusive ``(first, last)``

@@ -210,6 +210,7 @@ def test_the_core_is_built() -> None:
     assert difference._core is not None
 
 
+@pytest.mark.pure  # counts the calls of a method (tests/conftest.py)
 @pytest.mark.parametrize("seed", range(8))
 def test_any_assignment_with_another_component_matches_brute_force(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Assignments drawn from whole domains, not only admissible values, two fields at a time, in a declaration with

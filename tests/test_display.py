@@ -3,12 +3,14 @@ JavaScript; the plots drawn from what they are given."""
 
 from __future__ import annotations
 
-import inspect
+import ast
 import json
 import math
+import sys
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from html.parser import HTMLParser
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -340,8 +342,18 @@ def test_watch_records_each_tokens_source(vocab: Vocabulary) -> None:
 
 # -- the objects' own hooks (Session, Explanation, Decoder, Result delegate to display) ----------------------
 def _delegates(cls: type, name: str) -> bool:
-    hook = cls.__dict__.get("_repr_html_")
-    return hook is not None and name in inspect.getsource(hook)
+    """Whether ``cls``'s own ``_repr_html_`` calls ``name``, read from its module's source (a compiled class's
+    methods have none of their own)."""
+    if "_repr_html_" not in cls.__dict__:
+        return False
+    module = sys.modules[cls.__module__]
+    tree = ast.parse((Path(module.__file__).parent / (cls.__module__.rsplit(".", 1)[-1] + ".py")).read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == cls.__name__:
+            hook = next((f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "_repr_html_"), None)
+            return hook is not None and any(isinstance(n, ast.Attribute | ast.Name) and name in (
+                getattr(n, "attr", None), getattr(n, "id", None)) for n in ast.walk(hook))
+    return False
 
 
 def test_repr_html_hooks(vocab: Vocabulary) -> None:

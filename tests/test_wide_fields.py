@@ -460,6 +460,7 @@ def test_a_wide_value_that_branches_plans_nothing_as_the_planner_finds(smollm2: 
         assert held >= 8 and inside >= held - before and crossing >= 1 and before >= 1, (held, crossing, before)
 
 
+@pytest.mark.pure  # counts the calls of a method (tests/conftest.py)
 @pytest.mark.parametrize("people", [2, 3])
 def test_a_wide_values_row_written_in_place_equals_the_token_index_walk(smollm2: Any, people: int) -> None:
     """``Decoder._value_fill`` (inside a settled wide value: the row written straight into the caller's, from the

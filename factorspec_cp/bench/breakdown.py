@@ -33,7 +33,9 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import platform
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -227,6 +229,8 @@ def report_md(res: dict[str, Any]) -> str:
              f"Machine: {res.get('machine', '')}. Command: `{res.get('command', '')}`. XGrammar "
              f"{res.get('xgrammar', '')} replays the same tokens on the schemas without relations, same run. "
              f"{res.get('bench_note', '')}", "",
+             f"Modules: {res.get('build', 'python')} (the per-token path's Python modules, not the compiled build "
+             "`bench masks` times: a compiled class's methods cannot be wrapped).", "",
              "The walks and timed calls of `bench masks` (planning and `consume` everywhere, `fill_mask` where the "
              "model chooses), one walk per record, with each part's entry points timed (own time: less the timed "
              "calls inside; garbage collections counted apart). *decoder, the rest* is what the total leaves. Each "
@@ -255,7 +259,17 @@ def report_md(res: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .. import _native
     from ..baselines.xgrammar import xgrammar_version
+    if _native.BUILD == "compiled":  # the Python modules, in a new process
+        print("breakdown: timing the parts needs the Python modules (a compiled class's methods cannot be wrapped); "
+              "running with FACTORSPEC_PURE=1", file=sys.stderr, flush=True)
+        argv = ["bench", "breakdown", "--per-size", str(args.per_size), "--calendar", str(args.calendar),
+                "--meeting", str(args.meeting), "--bfcl", str(args.bfcl), "--note", str(args.note), "--out",
+                str(args.out), "--bench-note", getattr(args, "bench_note", None) or ""]
+        argv += ["--vocabs", args.vocabs] if args.vocabs else []
+        env = dict(os.environ, FACTORSPEC_PURE="1")
+        return subprocess.call([sys.executable, "-m", "factorspec_cp.cli", *argv], env=env)
     vocabs = [v for v in (args.vocabs or "").split(",") if v] or None
     res = run_breakdown(args.per_size, args.calendar, args.meeting, args.bfcl, args.note, vocabs, progress=True)
     res["machine"] = f"{platform.machine()}, {platform.python_version()}, 2-core CPU"
@@ -264,5 +278,6 @@ def run(args: argparse.Namespace) -> int:
                       + (f" --vocabs {args.vocabs}" if args.vocabs else ""))
     res["bench_note"] = getattr(args, "bench_note", None) or ""
     res["xgrammar"] = xgrammar_version()
+    res["build"] = _native.BUILD
     write_report(args, "breakdown", res, report_md(res))
     return 0

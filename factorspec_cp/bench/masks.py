@@ -288,7 +288,7 @@ def report_md(res: dict[str, Any]) -> str:
     lines = ["# Mask latency and constraint CPU per record token, against XGrammar", "",
              f"Machine: {res.get('machine', '')}. Command: `{res.get('command', '')}`. XGrammar "
              f"{res.get('xgrammar', '')} on the same schemas without relations, same token sequences, same run. "
-             f"{res.get('bench_note', '')}", "",
+             f"{res.get('bench_note', '')} Per-token path: {res.get('build', 'python')}.", "",
              "Gold-guided canonical-mode walks (certain runs taken, elsewhere the longest admitted token spelling the "
              "gold, found with a few lookups, so that between two timed calls the walk touches about as little "
              "memory as XGrammar's replay of the same tokens; a trip note is a fixed sentence written from the gold "
@@ -357,5 +357,7 @@ def run(args: argparse.Namespace) -> int:
                       f"--meeting {args.meeting} --bfcl {args.bfcl} --note {args.note}")
     res["bench_note"] = getattr(args, "bench_note", None) or ""
     res["xgrammar"] = xgrammar_version()
+    from .. import _native
+    res["build"] = _native.BUILD  # the per-token path compiled (setup.py) or its Python sources
     write_report(args, "masks", res, report_md(res))
     return 0

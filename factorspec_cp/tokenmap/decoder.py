@@ -59,6 +59,7 @@ from dataclasses import field as dc_field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from ..schema import jkey
 from .freeslot import StringSlot
@@ -79,7 +80,7 @@ from .stringtables import vocabulary_key
 from .vocab import Vocabulary
 
 try:
-    from .. import _rows
+    from .. import _rows  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - the extension is built by pip; without it wide rows take numpy's path
     _rows = None
 if _rows is not None and not hasattr(_rows, "wide_fill"):  # pragma: no cover - a build from before wide_fill
@@ -142,8 +143,10 @@ class TokenIndex:
             if len(t) > self.longest[t[0]]:
                 self.longest[t[0]] = len(t)
         self._next: dict[tuple[int, int, int], frozenset[int]] = {}
+        self._fs_tables_key: str | None = None  # (stringtables.vocabulary_key)
         self._crosses: dict[bytes, bool] = {}  # crosses' answers (a run's last bytes recur: `", "end":`, `":`)
-        by_bytes = {t: (i,) for t, i in reversed(pairs)}  # the ids of the content tokens spelling each byte string
+        # the ids of the content tokens spelling each byte string
+        by_bytes: dict[bytes, tuple[int, ...]] = {t: (i,) for t, i in reversed(pairs)}
         for k in range(1, len(pairs)):  # a spelling of several ids (rare): sorted by (bytes, id), they are neighbours
             if pairs[k][0] == pairs[k - 1][0]:
                 by_bytes[pairs[k][0]] += (pairs[k][1],)
@@ -257,6 +260,7 @@ PRIME_COLLECT = True
 WIDE_TABLE_VALUES = 2048
 
 
+@mypyc_attr(native_class=False)  # (compiled: a Python class, see setup.py)
 @dataclass(frozen=True)
 class ChoiceTable:
     """The tokens admitted at a state before or inside one finite field slot, per candidate value: where every
@@ -368,7 +372,10 @@ def build_choice_table(layout: Layout, index: TokenIndex, state: State,
         while a < z and toks[a] == s:
             a += 1
         if a < z:  # tokens running past the value: judged by what every record with it writes next
-            only = layout.filter(lambda p, v=v: [v] if p == pointer else None)
+            def just(p: str, v: Any = v) -> list[Any] | None:
+                return [v] if p == pointer else None
+
+            only = layout.filter(just)
             after = layout.advance(state, s, admissible=only)
             limit = int(index.lengths[a:z].max()) - len(s)
             nexts = b"" if after is None else layout.forced(after, admissible=only, limit=limit)
@@ -403,7 +410,7 @@ def branch_prefixes(m: EnumSlot) -> list[bytes]:
     """The proper prefixes of ``m``'s renderings after which they branch within the next three bytes (the prefix
     itself, or one or two bytes further, has two next bytes), shortest first: where a model may choose inside a
     value or a planner stop before one. Kept on the matcher (one pass over the renderings' prefixes)."""
-    hit = m.__dict__.get("_branch_prefixes")
+    hit = m._branch_prefixes
     if hit is None:
         nexts: dict[bytes, set[int]] = {}
         for r in m.renders:
@@ -411,10 +418,11 @@ def branch_prefixes(m: EnumSlot) -> list[bytes]:
                 nexts.setdefault(r[:j], set()).add(r[j])
         hit = sorted({p[:k] for p, nb in nexts.items() if len(nb) > 1 for k in range(max(0, len(p) - 2), len(p) + 1)},
                      key=lambda p: (len(p), p))
-        m._branch_prefixes = hit  # type: ignore[attr-defined]
+        m._branch_prefixes = hit
     return hit  # type: ignore[no-any-return]
 
 
+@mypyc_attr(native_class=False)  # (compiled: a Python class, see setup.py)
 @dataclass(frozen=True)
 class WideTable:
     """The tokens admitted at a state before or inside a wide field slot whose admissible values are settled
@@ -526,10 +534,10 @@ class WideTable:
             while i < z:
                 q = prefixes[i]
                 rest = before + q[n:]
-                got = spanned.get(rest)
-                if got is None:
-                    got = spanned[rest] = index.span(rest)
-                x, y = got
+                sp = spanned.get(rest)
+                if sp is None:
+                    sp = spanned[rest] = index.span(rest)
+                x, y = sp
                 if x == y:  # no token starts with these bytes, nor with any longer ones: past q's descendants
                     i = bisect_left(prefixes, q + b"\xff", i + 1, z)
                     continue
@@ -633,6 +641,7 @@ def _remember(cache: OrderedDict[Any, Any], key: Any, value: Any, limit: int) ->
     return value
 
 
+@mypyc_attr(native_class=False)  # (compiled: a Python class, see setup.py)
 @dataclass
 class DecoderStats:
     """Where the decoder's time went (seconds) and how often caches answered."""
@@ -1546,7 +1555,7 @@ class Decoder:
                 # the model chooses here: its row with the (empty) draft (inside a wide value, from the slot found)
                 self._exact_row(self._value_at(frame.state, frame.value)[0] if WIDE_TABLES else None)
             self.stats.plan_seconds += time.perf_counter() - t
-        return frame.plan
+        return frame.plan  # type: ignore[return-value]  # (planned above)
 
     def _row_after(self, plan: tuple[_Step, ...]) -> None:
         """Compute and keep the mask row where ``plan`` ends, the model's next choice: its tokens are taken and
@@ -1664,6 +1673,7 @@ class Decoder:
         if self._free_choice(state):
             return ()  # inside a free string, two bytes that stay inside it: nothing is certain
         eos = self.vocab.eos_token_ids
+        nxt: Any  # a jump's last byte (bytes) or the one next byte (a frozenset)
         # the forced bytes, each value completed on the way conditioning what follows it (those the filter in hand
         # knows certain add nothing: it answers the same)
         extra: list[tuple[str, Any]] = []
@@ -1688,7 +1698,7 @@ class Decoder:
             elif layout.accepting(st, admissible=f) or layout.branches(st, admissible=f):
                 break
             else:
-                nxt = layout.some_next_bytes(st, 2, admissible=f)  # type: ignore[assignment]
+                nxt = layout.some_next_bytes(st, 2, admissible=f)
                 if len(nxt) != 1:
                     break
             b = next(iter(nxt))
@@ -1771,7 +1781,7 @@ class Decoder:
         if self.mode == "canonical" and plan and token != plan[0].token:
             raise TokenRejected(f"token {token} at a certain position (the certain token is {plan[0].token})")
         step = plan[0] if plan and token == plan[0].token else None
-        rest = plan[1:] if step is not None else None
+        rest = plan[1:] if plan and step is not None else None
         if step is not None and step.state is not None:  # a planned token: its state is known
             assigned = tuple((p, v) for p, v in step.events if p in self._fields) if step.events else ()
             if assigned:  # (a token that completes no value leaves the assignment as it is: nothing to save)
@@ -1862,7 +1872,8 @@ class Decoder:
 
     def output(self) -> bytes:
         """The record bytes written so far (EOS excluded)."""
-        return b"".join(self.vocab.tokens[f.token] or b"" for f in self._frames[1:] if not f.terminated)
+        return b"".join(self.vocab.tokens[f.token] or b"" for f in self._frames[1:]  # type: ignore[index]
+                        if not f.terminated)
 
     def is_terminated(self) -> bool:
         """Whether EOS was consumed (the record is complete)."""

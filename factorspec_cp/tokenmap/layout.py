@@ -120,6 +120,8 @@ class EnumSlot:
         self._next: dict[bytes, frozenset[int]] = {}
         self._iv: dict[bytes, list[Interval]] = {}
         self._order_np: np.ndarray | None = None
+        self._order_intp: np.ndarray | None = None  # (admissible_counts)
+        self._branch_prefixes: list[bytes] | None = None  # (decoder.branch_prefixes)
 
     def _span(self, t: bytes) -> tuple[int, int]:
         # renderings are UTF-8, which never holds 0xFF: every rendering starting with t sorts below t + b"\xff"
@@ -376,7 +378,7 @@ def admissible_counts(m: EnumSlot, mask: bytes) -> tuple[np.ndarray, list[int]]:
     key = (id(m), mask)
     hit = _COUNTS.get(key)
     if hit is None or hit[0] is not m:
-        order = m.__dict__.get("_order_intp")
+        order = m._order_intp
         if order is None:
             order = m._order_intp = np.asarray(m.order, dtype=np.intp)
         arr = np.zeros(len(order) + 1, dtype=np.int64)
@@ -567,7 +569,7 @@ class Layout:
         self._closures: dict[tuple[int, tuple[int, ...]], tuple[Core, ...]] = {}
         self._follows: dict[tuple[int, tuple[int, ...]], frozenset[int]] = {}  # :meth:`_follow`
         self._chains: dict[tuple[int, tuple[int, ...]], tuple[bytes, tuple[int, ...], tuple[Core, ...]]] = {}
-        self._pointers: dict[tuple[tuple[str | None, ...], tuple[int, ...]], str] = {}
+        self._pointers: dict[tuple[tuple[str | int | None, ...], tuple[int, ...]], str] = {}
         self._filtered: dict[Any, EnumSlot] = {}
         self._asking: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         self._start = State(frozenset((core, ()) for core in self._closure(0, ())))
@@ -600,7 +602,7 @@ class Layout:
     def _end(self, depth: int, bracket: str) -> str:
         return bracket if self.indent is None else "\n" + " " * (self.indent * depth) + bracket
 
-    def _compile(self, node: Node, segs: tuple[str | None, ...], depth: int) -> None:
+    def _compile(self, node: Node, segs: tuple[str | int | None, ...], depth: int) -> None:
         if isinstance(node, Leaf):
             f = node.field
             if isinstance(f, Field):
@@ -681,7 +683,7 @@ class Layout:
         for k, i in stops:  # write item i, or close the array before it
             self._code[k][1] = (k + 1, empty if i == 0 else close)
 
-    def _object(self, node: ObjectNode, segs: tuple[str | None, ...], depth: int) -> None:
+    def _object(self, node: ObjectNode, segs: tuple[str | int | None, ...], depth: int) -> None:
         props = node.properties
         self._lit("{")
         if not props:
@@ -795,7 +797,7 @@ class Layout:
             hit = self._chains[key] = (data, tuple(starts), tuple(cores))
         return hit
 
-    def _pointer(self, segs: tuple[str | None, ...], ctr: tuple[int, ...]) -> str:
+    def _pointer(self, segs: tuple[str | int | None, ...], ctr: tuple[int, ...]) -> str:
         key = (segs, ctr)
         ptr = self._pointers.get(key)
         if ptr is None:
@@ -814,7 +816,7 @@ class Layout:
         hit = flt.by_ins.get(key, _MISS)
         if hit is _MISS:  # the slot's pointer and the filter's answer for it, once per filter
             hit = flt.by_ins[key] = flt.get(self._pointer(ins[1], ctr), ins[3], ins[2])
-        return hit
+        return hit  # type: ignore[return-value]
 
     def _enter(self, pc: int, ctr: tuple[int, ...], flt: _Filter | None) -> list[tuple[Core, tuple[Event, ...]]]:
         return [(core, ()) for core in self._closure(pc, ctr) if self._may_enter(core, flt)]

@@ -90,14 +90,14 @@ def _states(slot: StringSlot) -> list[Any]:
 
 def vocabulary_key(index: TokenIndex) -> str:
     """A digest of the token index: every content token's bytes, in byte order, with its id, and the mask width."""
-    key = getattr(index, "_fs_tables_key", None)
+    key = index._fs_tables_key
     if key is None:
         h = hashlib.sha256(f"{FORMAT}|{index.size}|{len(index.toks)}|".encode())
         h.update(index.lengths.astype("<i4").tobytes())
         h.update(index.ids.astype("<i8").tobytes())
         h.update(b"".join(index.toks))
         key = h.hexdigest()
-        index._fs_tables_key = key  # type: ignore[attr-defined]
+        index._fs_tables_key = key
     return key
 
 
