@@ -13,6 +13,7 @@
 Everything else is declared in pyproject.toml.
 """
 
+import ast
 import hashlib
 import json
 import os
@@ -22,9 +23,18 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 FLAGS = ["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter"]
-#: Compiled by mypyc (keep in step with factorspec_cp/_native.py's COMPILED).
-COMPILED = ["factorspec_cp/tokenmap/layout.py", "factorspec_cp/tokenmap/decoder.py", "factorspec_cp/session.py",
-            "factorspec_cp/difference.py", "factorspec_cp/witnesses.py"]
+
+
+def _compiled() -> list[str]:
+    """The sources mypyc compiles: ``factorspec_cp/_native.py``'s ``COMPILED`` (read, not imported: the package's
+    dependencies are not installed while it builds)."""
+    tree = ast.parse(Path("factorspec_cp/_native.py").read_text())
+    names = next(ast.literal_eval(node.value) for node in tree.body
+                 if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "COMPILED" for t in node.targets))
+    return [name.replace(".", "/") + ".py" for name in names]
+
+
+COMPILED = _compiled()
 MANIFEST = "factorspec_cp/_native.json"
 
 extensions = [Extension("factorspec_cp._difference", ["factorspec_cp/_difference.c"], extra_compile_args=FLAGS),
@@ -39,7 +49,8 @@ if os.environ.get("FACTORSPEC_COMPILE", "1") != "0":
 
 
 class BuildExt(build_ext):
-    """Builds the extensions, then records the digests of the sources mypyc compiled beside them, which :mod:`factorspec_cp._native` compares with the sources at import."""
+    """Builds the extensions, then records the digests of the sources mypyc compiled beside them, which
+    :mod:`factorspec_cp._native` compares with the sources at import."""
 
     def run(self) -> None:
         super().run()

@@ -419,7 +419,7 @@ def branch_prefixes(m: EnumSlot) -> list[bytes]:
         hit = sorted({p[:k] for p, nb in nexts.items() if len(nb) > 1 for k in range(max(0, len(p) - 2), len(p) + 1)},
                      key=lambda p: (len(p), p))
         m._branch_prefixes = hit
-    return hit  # type: ignore[no-any-return]
+    return hit
 
 
 @mypyc_attr(native_class=False)  # (compiled: a Python class, see setup.py)
@@ -1113,7 +1113,7 @@ class Decoder:
             if len(wide_at) > 65536:
                 wide_at.clear()
             wide_at[state] = place
-        return place  # type: ignore[no-any-return]
+        return place
 
     def _slot_place(self, state: State) -> tuple[str, EnumSlot, Any, bool] | None:
         """:meth:`_wide_place` for a state of one thread inside the value of a wide field's slot, a whole value not
@@ -1290,7 +1290,7 @@ class Decoder:
             table = None if choice is None else build_choice_table(self.layout, self._c.index, state, choice)
             with self._c.index.lock:
                 _remember(tables, state, table, CHOICE_TABLES)
-        return table  # type: ignore[no-any-return]
+        return table
 
     def _build_choice_tables(self, seconds: float = PRIME_CHOICES_SECONDS) -> int:
         """Build ahead the choice tables of the value slots whose field has several admissible values at the root,
@@ -1831,7 +1831,7 @@ class Decoder:
                 if k:  # the bytes that stay inside a free string, in one step
                     i += k
                     continue
-                st = layout.advance(st, data[i:i + 1], admissible=f)  # type: ignore[arg-type]
+                st = layout.advance(st, data[i:i + 1], admissible=f)
                 i += 1
                 if st is None:
                     raise TokenRejected(f"token {token} ({data!r}) leaves every valid record")
