@@ -227,6 +227,36 @@ def test_random_text_matches_references(text: str) -> None:
             assert vocab(name).encode(text) == smollm2_reference()(text)
 
 
+_JSONISH = st.sampled_from(list(' \t\n"{}[]:,.-+0123456789eE\'_/') + [
+    "person", "Union Square", "9:30AM", "12:45PM", "true", "false", "null", "  ", "\n  ", "'s", "'ll", "x1", "é"])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_JSONISH, max_size=30).map("".join))
+def test_smollm2_encodes_by_pretoken(text: str) -> None:
+    """SmolLM2's encoder splits text into pre-tokens itself and keeps each one's ids (bpe.piecewise_encoder): on
+    the text a planner encodes (JSON syntax, names, clock times, digits next to spaces), the ids are the
+    reference BPE's and the `tokenizers` model's own."""
+    from tokenizers import Tokenizer
+
+    from factorspec_cp.tokenmap.bpe import piecewise_encoder
+
+    v = vocab("smollm2")
+    v.encode("x")
+    tok = Tokenizer.from_str(smollm2_tokenizer_json())
+    encode = piecewise_encoder(tok)
+    assert encode is not None  # SmolLM2's pre-tokenizer: digits one by one, then GPT-2's split
+    assert encode(text) == tok.encode(text, add_special_tokens=False).ids == smollm2_reference()(text)
+
+
+@cache
+def smollm2_tokenizer_json() -> str:
+    """The `tokenizers` BPE the bundled SmolLM2 vocabulary is cached with."""
+    vocab("smollm2")  # (built into the cache on first use)
+    folder = bundled.cache_dir() / "vocab" / bundled._key("smollm2", bundled.BUNDLED["smollm2"][0]())
+    return (folder / "encoder.json").read_text()
+
+
 # ----- API edges -----
 
 

@@ -7,8 +7,9 @@ of the token they make, ``ignore_merges`` on) gives the same ids as tiktoken.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import cache
+from typing import Any
 
 #: Pre-tokenizer split regexes, as the models' own ``tokenizer.json`` files carry them.
 QWEN2_PATTERN = (
@@ -18,6 +19,73 @@ LLAMA3_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
     r"|\s+(?!\S)|\s+"
 )
+
+
+#: GPT-2's split, which `tokenizers`' ``ByteLevel(use_regex=True)`` applies.
+GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+#: Text the piecewise encoder splits itself: printable ASCII, space, tab and newline (where the split's classes mean
+#: the same in Python's ``regex`` and in `tokenizers`' Oniguruma); other text goes to the tokenizer whole.
+_PLAIN_TEXT = frozenset(range(0x20, 0x7F)) | {0x09, 0x0A}
+#: Pre-tokens kept per piecewise encoder.
+PIECES_KEPT = 1 << 16
+
+
+def piecewise_encoder(tok: Any) -> Callable[[str], list[int]] | None:
+    """For a `tokenizers` BPE with no normalizer whose pre-tokenizer is GPT-2's split (``ByteLevel`` with its regex,
+    no prefix space), optionally after ``Digits(individual_digits=True)`` (SmolLM2): an encode function that splits
+    the text into its pre-tokens itself and encodes each one once (kept: ``"person"``, ``" \""`` and ``"\"},"``
+    recur in every record). BPE merges never cross pre-tokens, so the ids are the tokenizer's: its own encode of
+    each pre-token. A planner's text (one certain run: ``PM"}, {"person": "David", ...``) costs 20 us in the
+    tokenizer, whose pre-tokenizer alone is 16 us of it. ``None`` for any other configuration; text outside
+    :data:`_PLAIN_TEXT` is encoded whole."""
+    import json
+
+    import regex
+
+    spec = json.loads(tok.to_str())
+    if spec.get("normalizer") is not None or spec.get("added_tokens"):
+        return None
+    pre = spec.get("pre_tokenizer") or {}
+    steps = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else [pre]
+    digits = bool(steps) and steps[0].get("type") == "Digits"
+    if digits:
+        if not steps[0].get("individual_digits"):
+            return None
+        steps = steps[1:]
+    if len(steps) != 1 or steps[0].get("type") != "ByteLevel" or not steps[0].get("use_regex", True) or \
+            steps[0].get("add_prefix_space", False):
+        return None
+    gpt2 = regex.compile(GPT2_PATTERN).findall
+    by_digit = regex.compile(r"(\d)").split  # (plain text: the ASCII digits) each digit alone, then GPT-2's split
+    memo: dict[str, tuple[int, ...]] = {}
+    plain = _PLAIN_TEXT
+
+    def pieces(text: str) -> list[str]:
+        if not digits:
+            return gpt2(text)
+        out: list[str] = []
+        for i, seg in enumerate(by_digit(text)):  # (the digits at odd positions)
+            if i & 1:
+                out.append(seg)
+            elif seg:
+                out += gpt2(seg)
+        return out
+
+    def encode(text: str) -> list[int]:
+        if not text.isascii() or not plain.issuperset(text.encode()):
+            return tok.encode(text, add_special_tokens=False).ids
+        out: list[int] = []
+        for piece in pieces(text):
+            ids = memo.get(piece)
+            if ids is None:
+                ids = tuple(tok.encode(piece, add_special_tokens=False).ids)
+                if len(memo) >= PIECES_KEPT:
+                    memo.clear()
+                memo[piece] = ids
+            out += ids
+        return out
+
+    return encode
 
 
 @cache

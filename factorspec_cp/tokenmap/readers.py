@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .bpe import GGUF_PRE_TOKENIZERS, bpe_string_to_bytes, byte_level_bpe
+from .bpe import GGUF_PRE_TOKENIZERS, bpe_string_to_bytes, byte_level_bpe, piecewise_encoder
 from .errors import VocabularyError
 
 # An added token shaped like a control marker (<think>, <|im_end|>, </tool_call>) is never content, even when its
@@ -157,7 +157,9 @@ def _eos_by_name(specials: Mapping[int, str]) -> list[int]:
 
 
 def plain_encoder(tok: Any) -> Callable[[str], list[int]]:
-    return lambda text: tok.encode(text, add_special_tokens=False).ids
+    """``tok``'s encode without special tokens: split into pre-tokens here where that gives the same ids faster
+    (:func:`~.bpe.piecewise_encoder`)."""
+    return piecewise_encoder(tok) or (lambda text: tok.encode(text, add_special_tokens=False).ids)
 
 
 _UNICODE_NORMALIZERS = {"NFC", "NFD", "NFKC", "NFKD"}
