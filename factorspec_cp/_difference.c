@@ -62,21 +62,24 @@ typedef struct {
     int have_root;              /* the root matrix (base edges and depth-0 relations) was consistent: prefix[0] */
 } Search;
 
+/* row[b] = min(row[b], base + vrow[b]) where vrow[b] is finite: without branches, so the compiler vectorizes it (the
+   rows are distinct: add_edge skips row v, which the edge cannot shorten). No overflow: every entry is INF (2^28) or
+   bounded by the fields' sizes (below 2^26: the bound edges), base is below 2^28 + 2^26, so base + INF fits int32. */
+static inline void relax(int *restrict row, const int *restrict vrow, int base, int n) {
+    for (int b = 0; b < n; b++) {
+        int dvb = vrow[b], nd = base + dvb, r = row[b];
+        row[b] = (dvb < INF && nd < r) ? nd : r;
+    }
+}
+
 static int add_edge(int *D, int n, int u, int v, int w) {
     if (D[v * n + u] < INF && D[v * n + u] + w < 0) return 0;
     if (D[u * n + v] <= w) return 1;
     for (int a = 0; a < n; a++) {
         int dau = D[a * n + u];
-        if (dau >= INF) continue;
-        int base = dau + w;
-        int *row = D + a * n;
-        const int *vrow = D + v * n;
-        for (int b = 0; b < n; b++) {
-            int dvb = vrow[b];
-            if (dvb >= INF) continue;
-            int nd = base + dvb;
-            if (nd < row[b]) row[b] = nd;
-        }
+        /* row v: base = D[v][u] + w >= 0 here (else the cycle check above failed), so nothing in it shortens */
+        if (dau >= INF || a == v) continue;
+        relax(D + a * n, D + v * n, dau + w, n);
     }
     return 1;
 }

@@ -54,7 +54,105 @@ done:
     return result;
 }
 
+/* The admissible counts of a wide slot (factorspec_cp/tokenmap/layout.py: admissible_counts): for a mask over the
+   domain (one byte per value) and the domain indices of the sorted renderings (int64), counts[j] = the sum of the mask
+   over the first j renderings, as int64 bytes (a WideTable's row reads them) and as a list of ints (an asked slot
+   bisects it). In numpy, a gather, a cumsum and tolist: 120,000 instructions per settled field on meeting, most of
+   them tolist's 900 new ints; here equal neighbours share one int object (a run of refuted values adds nothing). */
+static PyObject *admissible_counts(PyObject *self, PyObject *args) {
+    Py_buffer mask, order;
+    if (!PyArg_ParseTuple(args, "y*y*", &mask, &order)) return NULL;
+    PyObject *raw = NULL, *list = NULL, *result = NULL, *last = NULL;
+    if (order.len % 8) {
+        PyErr_SetString(PyExc_ValueError, "admissible_counts: int64 order");
+        goto done;
+    }
+    Py_ssize_t n = order.len / 8;
+    const int64_t *ord = (const int64_t *)order.buf;
+    const unsigned char *m = (const unsigned char *)mask.buf;
+    raw = PyBytes_FromStringAndSize(NULL, (n + 1) * 8);
+    list = PyList_New(n + 1);
+    if (raw == NULL || list == NULL) goto done;
+    int64_t *c = (int64_t *)PyBytes_AS_STRING(raw), acc = 0;
+    c[0] = 0;
+    last = PyLong_FromLongLong(0);
+    if (last == NULL) goto done;
+    PyList_SET_ITEM(list, 0, Py_NewRef(last));
+    for (Py_ssize_t j = 0; j < n; j++) {
+        int64_t k = ord[j];
+        if (k < 0 || k >= mask.len) {
+            PyErr_SetString(PyExc_IndexError, "admissible_counts: an order index outside the mask");
+            goto done;
+        }
+        if (m[k]) {
+            acc += m[k];
+            Py_SETREF(last, PyLong_FromLongLong(acc));
+            if (last == NULL) goto done;
+        }
+        c[j + 1] = acc;
+        PyList_SET_ITEM(list, j + 1, Py_NewRef(last));
+    }
+    result = PyTuple_Pack(2, raw, list);
+done:
+    Py_XDECREF(last);
+    Py_XDECREF(raw);
+    Py_XDECREF(list);
+    PyBuffer_Release(&mask);
+    PyBuffer_Release(&order);
+    return result;
+}
+
+/* A mask row copied into the caller's row (Decoder.fill_mask: a row computed ahead, with the draft, written where
+   the engine asks for it). numpy's row[:] = kept costs about 20,000 instructions of indexing and dtype checks around
+   a 19 KB memcpy on Qwen3's vocabulary; this is the memcpy. */
+static PyObject *copy_row(PyObject *self, PyObject *args) {
+    Py_buffer out, src;
+    if (!PyArg_ParseTuple(args, "w*y*", &out, &src)) return NULL;
+    PyObject *result = NULL;
+    if (out.len != src.len) {
+        PyErr_SetString(PyExc_ValueError, "copy_row: rows of different sizes");
+    } else {
+        memcpy(out.buf, src.buf, (size_t)out.len);
+        result = Py_NewRef(Py_None);
+    }
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&src);
+    return result;
+}
+
+/* A few token ids' bits set in a row (a wide row's tokens checked in under the solver, EOS): numpy's
+   bitwise_or.at costs 5-10 us on a handful of ids, this a loop. */
+static PyObject *or_bits(PyObject *self, PyObject *args) {
+    Py_buffer out, ids;
+    if (!PyArg_ParseTuple(args, "w*y*", &out, &ids)) return NULL;
+    PyObject *result = NULL;
+    if (out.len % 4 || ids.len % 8) {
+        PyErr_SetString(PyExc_ValueError, "or_bits: 32-bit row words and int64 ids");
+        goto done;
+    }
+    uint32_t *o = (uint32_t *)out.buf;
+    const int64_t *t = (const int64_t *)ids.buf;
+    Py_ssize_t nwords = out.len / 4, n = ids.len / 8;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (t[i] < 0 || t[i] / 32 >= nwords) {
+            PyErr_SetString(PyExc_IndexError, "or_bits: a token id outside the row");
+            goto done;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) o[t[i] >> 5] |= (uint32_t)1 << (t[i] & 31);
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&ids);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"or_bits", or_bits, METH_VARARGS, "or_bits(out, ids): set the bits of the token ids (int64) in out's 32-bit words"},
+    {"copy_row", copy_row, METH_VARARGS, "copy_row(out, src): copy the bytes of src into out (same size)"},
+    {"admissible_counts", admissible_counts, METH_VARARGS,
+     "admissible_counts(mask, order): (counts as int64 bytes, counts as a list) where counts[j] is the sum of mask "
+     "(one byte per domain value) over the domain indices order[:j] (int64)"},
     {"wide_fill", wide_fill, METH_VARARGS,
      "wide_fill(out, counts, table): set out's 32-bit words to 0, then OR into them the bits of the tokens whose span "
      "[lo, hi) counts an admissible value (counts: int64), run by run; table: one int64 array [n, runs, lo[n], hi[n], "

@@ -90,6 +90,11 @@ class Component:
     free_key: tuple[int, ...] = ()  # -1 per candidate field: the default of a candidate key
     root_fits: bool = False  # every completion of the candidate fields within MAX_CANDIDATES: one table, masked
     _candidates: dict[tuple[Any, ...], Any] = field(default_factory=dict)
+    _rows_with: dict[tuple[int, int], int] = field(default_factory=dict)  # (column, value) -> its rows (_narrowed)
+    _every: int = -1  # every row of the root table, as _rows_with's integers hold rows (-1: not made yet)
+    _depth_of: dict[tuple[bool, ...], bytes] = field(default_factory=dict)  # which columns are free -> depths
+    _bases: dict[tuple[Any, ...], bytes] = field(default_factory=dict)  # assigned times -> _base's bytes
+    _pinned: dict[tuple[int, int], bytes] = field(default_factory=dict)  # (node, value) -> its two edges' bytes
 
     def __post_init__(self) -> None:
         rel_alt, alt_edge, edges = [0], [0], []
@@ -215,7 +220,7 @@ class DifferenceModel:
         try:  # (a malformed model raises ValueError: a bug, not a fallback)
             if path in comp.node:
                 res, nodes, out = _core.project(*common, comp.node[path], BUDGET, *carried)
-                return None if res is None else (res, nodes, Rows(cand, *out))
+                return None if res is None else (res, nodes, Rows(cand, out[0], out[1]))
             groups = np.ascontiguousarray(grid[:, free.index(path)], dtype=np.int32)
             res, nodes, out = _core.feasible(*common, groups.tobytes(), BUDGET, *carried)
         except MemoryError:
@@ -223,7 +228,7 @@ class DifferenceModel:
         if res is None:
             return None
         ok = res[0]
-        return [(k, k) for k in range(len(ok)) if ok[k]], nodes, Rows(cand, *out)
+        return [(k, k) for k in range(len(ok)) if ok[k]], nodes, Rows(cand, out[0], out[1])
 
     def satisfiable(self, path: str, fixed: Mapping[str, int], live: Rows | None = None
                     ) -> tuple[bool, Rows] | None:
@@ -243,15 +248,28 @@ class DifferenceModel:
                                          *_carried(cand, live))  # one group: all
         except MemoryError:
             return None
-        return None if res is None else (res[0] == b"\x01", Rows(cand, *out))
+        return None if res is None else (res[0] == b"\x01", Rows(cand, out[0], out[1]))
 
     def _base(self, comp: Component, fixed: Mapping[str, int]) -> bytes:
-        """The bound edges, and two edges per assigned time field (``k <= x <= k``), as int32 triples."""
-        edges = array(_I32)
-        for i, k in enumerate(map(fixed.get, comp.times), 1):  # (node i is times[i - 1])
-            if k is not None:
-                edges.extend((0, i, k, i, 0, -k))
-        return comp.bounds_bytes + edges.tobytes()
+        """The bound edges, and two edges per assigned time field (``k <= x <= k``), as int32 triples (kept per
+        assignment of the times: a record's questions ask each one several times)."""
+        key = tuple(map(fixed.get, comp.times))
+        hit = comp._bases.get(key)
+        if hit is None:
+            parts, pinned = [comp.bounds_bytes], comp._pinned
+            for i, k in enumerate(key, 1):  # (node i is times[i - 1])
+                if k is not None:
+                    two = pinned.get((i, k))
+                    if two is None:
+                        if len(pinned) > 1 << 16:
+                            pinned.clear()
+                        two = pinned[(i, k)] = array(_I32, (0, i, k, i, 0, -k)).tobytes()
+                    parts.append(two)
+            hit = b"".join(parts)
+            if len(comp._bases) > 4096:
+                comp._bases.clear()
+            comp._bases[key] = hit
+        return hit
 
     def _candidates(self, comp: Component, fixed: Mapping[str, int]) -> tuple[Any, ...] | None:
         """The completions of the free candidate fields that the side relations allow (rows of value indices, in
@@ -328,19 +346,33 @@ class DifferenceModel:
         table with every candidate free (``root``, one per component) and a mask of the rows that agree with it (one
         byte per row; the search skips the others, :func:`_carried`), with each relation's depth counting only the
         free fields' columns: the rows searched agree on the others. Its arrays are the root's (so the search's
-        carried rows match without ids). About 37 us per new assignment on meeting (timed per call), where a table of
-        its own cost 50-300 (a restriction, or a new enumeration where two fields were newly assigned). The mask is
-        ``b""`` where every row agrees."""
+        carried rows match without ids). The mask is one AND of integers per assigned column (each column and value's
+        rows kept as an integer with a byte per row) and the depths are kept per set of free columns: 80,000
+        instructions per new assignment on meeting in numpy, where a table of its own cost 50-300 us (a restriction,
+        or a new enumeration where two fields were newly assigned). The mask is ``b""`` where every row agrees."""
         grid = root[0]
-        keep = np.ones(len(grid), dtype=bool)
-        col = np.zeros(len(comp.candidates) + 1, dtype=np.int32)  # each candidate's depth: its column + 1, or 0
-        for j, k in enumerate(key):
+        keep = -1  # the rows that agree with every assigned column, one byte each (0 or 1) of a little-endian int
+        rows_with = comp._rows_with
+        for j, k in enumerate(key):  # the rows agreeing with each assigned column (kept per column and value)
             if k >= 0:
-                keep &= grid[:, j] == k
-            else:
-                col[j] = j + 1
-        mask = b"" if keep.all() else keep.view(np.uint8).tobytes()
-        return (*root[:4], _depths(comp, col), *root[5:7], mask)
+                agree = rows_with.get((j, k))
+                if agree is None:
+                    agree = rows_with[(j, k)] = int.from_bytes((grid[:, j] == k).view(np.uint8).tobytes(), "little")
+                keep &= agree
+        free = tuple(k < 0 for k in key)
+        depths = comp._depth_of.get(free)
+        if depths is None:
+            col = np.zeros(len(comp.candidates) + 1, dtype=np.int32)  # each candidate's depth: its column + 1, or 0
+            for j, is_free in enumerate(free):
+                if is_free:
+                    col[j] = j + 1
+            depths = comp._depth_of[free] = _depths(comp, col)
+        every = comp._every
+        if every < 0:
+            every = comp._every = int.from_bytes(b"\x01" * len(grid), "little")
+        keep &= every
+        mask = b"" if keep == every else keep.to_bytes(len(grid), "little")
+        return (*root[:4], depths, *root[5:7], mask)
 
     @staticmethod
     def _keep(comp: Component, key: tuple[int, ...], hit: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -360,17 +392,22 @@ class DifferenceModel:
                            free[:j] + free[j + 1:], up[6][keep])
 
 
-@dataclass(frozen=True)
 class Rows:
     """What a search passes on to the questions of the assignments that extend the one it was asked under
     (``_difference.c``): the candidates of its table (:meth:`DifferenceModel._candidates`) it did not refute
     (``alive``, one byte per row: refuted under an assignment, a candidate is refuted under every extension of it),
     and its root matrix (``root``: shortest paths under the bounds, the assigned times and the relations every
-    candidate activates, which hold under every extension; ``b""`` where they were inconsistent)."""
+    candidate activates, which hold under every extension; ``b""`` where they were inconsistent). Immutable by
+    contract (a plain class: compiled, a frozen dataclass's generated ``__init__`` stays Python, 20,000
+    instructions a search)."""
 
-    table: tuple[Any, ...]
-    alive: bytes
-    root: bytes
+    def __init__(self, table: tuple[Any, ...], alive: bytes, root: bytes):
+        self.table = table
+        self.alive = alive
+        self.root = root
+
+    def __repr__(self) -> str:
+        return f"Rows({len(self.alive)} rows, root {len(self.root)} bytes)"
 
 
 def _carried(table: tuple[Any, ...], live: Rows | None) -> tuple[bytes, bytes]:

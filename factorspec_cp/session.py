@@ -135,6 +135,7 @@ class Session:
         self._stack: list[tuple[dict[str, Any], dict[str, int], tuple[tuple[str, int], ...] | None]] = []
         self._fkey: tuple[tuple[str, int], ...] | None = ()  # :meth:`fixed_key`, kept until the assignment changes
         self._states: dict[tuple[tuple[str, int], ...], State] = {}
+        self._last: tuple[Any, State] = (None, State({}))  # the last key object _state looked up, and its state
         self._recent: deque[State] = deque(maxlen=RECENT_PARENTS)  # the states made last (parents, :meth:`_derive`)
         self._scope = set(p for i in instances for p in i.scope)
         self._paths = [p for p in spec.fields if p in self._scope]  # the order of a record's value indices
@@ -164,10 +165,18 @@ class Session:
     def assign(self, path: str, value: Any) -> None:
         """Fix a field to a value of its domain. Any domain value is accepted (then nothing may be admissible)."""
         f = self._field(path)
-        try:
-            k = f.index(value)  # (once: a decoder assigns each value it writes)
-        except KeyError:
-            raise InvalidAssignment(f"{value!r} is not in the domain of {path}") from None
+        k = -1
+        table = f._index  # the field's own index by jkey, once built (by Field.index): a string's and a boolean's
+        if table is not None:  # jkey written here, without the two calls (a decoder assigns each value it writes)
+            if type(value) is str:
+                k = table.get(("s", value), -1)
+            elif type(value) is bool:
+                k = table.get(("b", value), -1)
+        if k < 0:
+            try:
+                k = f.index(value)
+            except KeyError:
+                raise InvalidAssignment(f"{value!r} is not in the domain of {path}") from None
         if path in self._assigned:
             if f.index(self._assigned[path]) != k:
                 raise InvalidAssignment(f"{path} is already assigned {self._assigned[path]!r}; use push()/pop()")
@@ -184,6 +193,25 @@ class Session:
     def push(self) -> None:
         """Save the assignment; :meth:`pop` returns to it."""
         self._stack.append((dict(self._assigned), dict(self._indices), self._fkey))
+
+    def _extended(self, extra: Sequence[tuple[str, Any]]) -> tuple[dict[str, Any], dict[str, int], Any]:
+        """The assignment with ``extra`` (path, value) pairs assigned too, as :meth:`_enter` takes it: a decoder asks
+        several fields under one extension (a planner's filter), entering it for each question instead of a push and
+        the assignments each time (and the session's look-ups then find its key object again)."""
+        self.push()
+        try:
+            for p, v in extra:
+                self.assign(p, v)
+            self.fixed_key()
+            return self._assigned, self._indices, self._fkey
+        finally:
+            self.pop()
+
+    def _enter(self, extended: tuple[dict[str, Any], dict[str, int], Any]) -> None:
+        """Save the assignment and take ``extended`` (:meth:`_extended`) until :meth:`pop`. For questions only:
+        nothing may be assigned or pushed before that pop (the extension's dicts are shared, not copied)."""
+        self._stack.append((self._assigned, self._indices, self._fkey))
+        self._assigned, self._indices, self._fkey = extended
 
     def pop(self) -> None:
         if not self._stack:
@@ -224,15 +252,19 @@ class Session:
         extended assignment's witness or refutation already decides it."""
         if fixed is None:  # the current assignment: its key is kept between changes
             key = self.fixed_key()
+            last = self._last
+            if last[0] is key and last[1].sat is not None:  # (the questions of one position: no key to hash)
+                return last[1], last[1].fixed
             st = self._states.get(key)
             if st is not None and st.sat is not None:
+                self._last = (key, st)
                 return st, st.fixed
             fixed = self._fixed()
         else:
             key = tuple(sorted(fixed.items()))
             st = self._states.get(key)
         if st is None:
-            st = self._states[key] = self._derive(fixed)
+            st = self._states[key] = self._derive(fixed, key)
         if st.sat is None:
             w = self._solve(self._backend, fixed)
             st.sat = w is not None
@@ -240,21 +272,26 @@ class Session:
                 self._add(st, w)
         return st, fixed
 
-    def _derive(self, fixed: dict[str, int]) -> State:
+    def _derive(self, fixed: dict[str, int], key: tuple[tuple[str, int], ...]) -> State:
         """A new state, inheriting from the largest known assignment it extends, found among the prefixes of its
         assignment order (dropping the latest fields first) and the states made last: the runs that agree with the
         extra fields, and (through ``parent``) every refutation. Any extended assignment is sound: its valid records
-        that agree with the extra fields are valid here, and what it refutes is refuted here."""
+        that agree with the extra fields are valid here, and what it refutes is refuted here. ``key``: ``fixed``'s
+        sorted items (:meth:`fixed_key`)."""
         items = list(fixed.items())
         parent = None
         for cut in range(len(items) - 1, -1, -1):
-            parent = self._states.get(tuple(sorted(items[:cut])))
+            if cut == len(items) - 1:  # the latest field dropped: the key less one item (a copy, not a sort)
+                i = bisect_left(key, items[-1])
+                parent = self._states.get(key[:i] + key[i + 1:])
+            else:
+                parent = self._states.get(tuple(sorted(items[:cut])))
             if parent is not None:
                 break
         size = -1 if parent is None else len(parent.fixed)
         for st in self._recent if size < len(items) - 1 else ():  # (none is larger than one less)
             n = len(st.fixed)
-            if size < n < len(items) and all(fixed.get(p) == k for p, k in st.fixed.items()):
+            if size < n < len(items) and st.fixed.items() <= fixed.items():  # (a subset test of items, in C)
                 parent, size = st, n
         if parent is None:
             st = State(dict(fixed))

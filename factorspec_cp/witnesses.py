@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 Interval = tuple[int, int]  # first and last index, inclusive
@@ -172,18 +171,23 @@ def span(run: Run, pos: int) -> Interval:
     return (k + lo, k + hi) if pos in group else (k, k)
 
 
-@dataclass(eq=False)
 class State:
-    """What is known under one assignment (``fixed``: field path -> value index, in assignment order)."""
+    """What is known under one assignment (``fixed``: field path -> value index, in assignment order). (A plain
+    class: compiled, a dataclass's generated ``__init__`` stays Python; a decoder makes one per assignment.)"""
 
-    fixed: dict[str, int]
-    sat: bool | None = None
-    runs: list[Run] = field(default_factory=list)
-    known: dict[str, Known] = field(default_factory=dict)
-    parent: State | None = None  # the assignment this one extends, whose refutations it inherits
-    questions: dict[str, Any] = field(default_factory=dict)
-    parts: dict[Any, tuple[Any, ...]] = field(default_factory=dict)  # a component's assigned fields, per component
-    rows: dict[Any, Any] = field(default_factory=dict)  # per difference component, the candidates its search left
+    def __init__(self, fixed: dict[str, int], sat: bool | None = None, runs: list[Run] | None = None,
+                 parent: State | None = None):
+        self.fixed = fixed
+        self.sat = sat
+        self.runs: list[Run] = [] if runs is None else runs
+        self.known: dict[str, Known] = {}
+        self.parent = parent  # the assignment this one extends, whose refutations it inherits
+        self.questions: dict[str, Any] = {}
+        self.parts: dict[Any, tuple[Any, ...]] = {}  # a component's assigned fields, per component
+        self.rows: dict[Any, Any] = {}  # per difference component, the candidates its search left
+
+    def __repr__(self) -> str:
+        return f"State({len(self.fixed)} fixed, sat={self.sat}, {len(self.runs)} runs)"
 
     def ancestor_known(self, path: str) -> Known | None:
         """The nearest extended assignment's knowledge of ``path`` (for its refutations)."""

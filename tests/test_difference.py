@@ -502,3 +502,53 @@ def test_wide_tables_built_together_equal_those_built_one_by_one(name: str) -> N
             assert np.array_equal(t.row(counts, index.size // 32 + 1), t.row_numpy(counts, index.size // 32 + 1))
     with pytest.raises(ValueError):
         WideTable.build_many(index, numbers, [b"7"])
+
+
+def test_admissible_counts_in_c_equal_numpy() -> None:
+    """The admissible counts of a wide slot (``_rows.admissible_counts``, one pass in C) against numpy's gather and
+    cumulative sum, on random masks (sparse, dense, empty, full) and orders; the layout's function gives both forms."""
+    import numpy as np
+
+    from factorspec_cp import _rows  # type: ignore[attr-defined]
+    from factorspec_cp.tokenmap.layout import EnumSlot, admissible_counts
+
+    rng = np.random.default_rng(7)
+    for trial in range(300):
+        n = int(rng.integers(1, 1200))
+        mask = (rng.random(n) < [0.0, 1.0, 0.01, 0.5][trial % 4]).astype(np.uint8).tobytes()
+        order = rng.permutation(n).astype(np.int64)
+        raw, below = _rows.admissible_counts(mask, order.tobytes())
+        want = np.concatenate(([0], np.cumsum(np.frombuffer(mask, dtype=np.uint8)[order])))
+        assert np.array_equal(np.frombuffer(raw, dtype=np.int64), want) and below == want.tolist()
+    with pytest.raises(IndexError):
+        _rows.admissible_counts(b"\x01\x00", np.array([0, 2], dtype=np.int64).tobytes())
+    m = EnumSlot([f"{h}:{mm:02d}" for h in range(1, 13) for mm in range(60)])
+    mask = bytes(rng.integers(0, 2, len(m.domain), dtype=np.uint8))
+    arr, below = admissible_counts(m, mask)
+    want = np.concatenate(([0], np.cumsum(np.frombuffer(mask, dtype=np.uint8)[np.asarray(m.order)])))
+    assert np.array_equal(arr, want) and below == want.tolist()
+
+
+def test_row_helpers_in_c_equal_numpy() -> None:
+    """``_rows.or_bits`` (a wide row's tokens checked in) against numpy's ``bitwise_or.at``, and ``_rows.copy_row``
+    against a copy, on random rows; ids outside the row and rows of different sizes raise."""
+    import numpy as np
+
+    from factorspec_cp import _rows  # type: ignore[attr-defined]
+
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        words = int(rng.integers(1, 300))
+        row = rng.integers(0, 2**32, words, dtype=np.uint32)
+        want = row.copy()
+        ids = rng.integers(0, words * 32, int(rng.integers(0, 12))).astype(np.int64)
+        np.bitwise_or.at(want, ids >> 5, np.uint32(1) << (ids & 31).astype(np.uint32))
+        _rows.or_bits(row, ids.tobytes())
+        assert np.array_equal(row, want)
+        out = np.zeros(words, dtype=np.int32)
+        _rows.copy_row(out, row)
+        assert np.array_equal(out.view(np.uint32), row)
+    with pytest.raises(IndexError):
+        _rows.or_bits(np.zeros(2, dtype=np.uint32), np.array([64], dtype=np.int64).tobytes())
+    with pytest.raises(ValueError):
+        _rows.copy_row(np.zeros(2, dtype=np.int32), np.zeros(3, dtype=np.int32))

@@ -70,6 +70,7 @@ from .layout import (
     EnumSlot,
     Layout,
     State,
+    _rows,
     admissible_branches,
     admissible_common,
     admissible_counts,
@@ -78,14 +79,6 @@ from .layout import (
 from .strings import Closing, StringMasks
 from .stringtables import vocabulary_key
 from .vocab import Vocabulary
-
-try:
-    from .. import _rows  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - the extension is built by pip; without it wide rows take numpy's path
-    _rows = None
-if _rows is not None and not hasattr(_rows, "wide_fill"):  # pragma: no cover - a build from before wide_fill
-    raise ImportError("factorspec_cp._rows is out of date (no wide_fill): rebuild it, "
-                      "pip install --no-build-isolation -e .")
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -641,21 +634,32 @@ def _remember(cache: OrderedDict[Any, Any], key: Any, value: Any, limit: int) ->
     return value
 
 
-@mypyc_attr(native_class=False)  # (compiled: a Python class, see setup.py)
-@dataclass
-class DecoderStats:
-    """Where the decoder's time went (seconds) and how often caches answered."""
+_STATS_FIELDS = ("mask_seconds", "masks", "mask_hits", "consume_seconds", "plan_seconds", "solver_seconds",
+                 "walk_nodes")
 
-    mask_seconds: float = 0.0
-    masks: int = 0
-    mask_hits: int = 0
-    consume_seconds: float = 0.0
-    plan_seconds: float = 0.0
-    solver_seconds: float = 0.0
-    walk_nodes: int = 0
+
+class DecoderStats:
+    """Where the decoder's time went (seconds) and how often caches answered. (A plain class: compiled, its counters
+    are native fields; a dataclass's are a dict's, 2% of a meeting walk's instructions in their updates.)"""
+
+    def __init__(self) -> None:
+        self.mask_seconds = 0.0
+        self.masks = 0
+        self.mask_hits = 0
+        self.consume_seconds = 0.0
+        self.plan_seconds = 0.0
+        self.solver_seconds = 0.0
+        self.walk_nodes = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+        out: dict[str, Any] = {}
+        for k in _STATS_FIELDS:
+            v = getattr(self, k)
+            out[k] = round(v, 6) if isinstance(v, float) else v
+        return out
+
+    def __repr__(self) -> str:
+        return "DecoderStats(" + ", ".join(f"{k}={v!r}" for k, v in self.to_json().items()) + ")"
 
 
 class _Later:
@@ -680,19 +684,25 @@ class _Step(NamedTuple):
     events: tuple[tuple[str, Any], ...] = ()
 
 
-@dataclass(slots=True)
 class _Frame:
     """One position: the layout state (``st``: a :class:`_Later` from a planned step until read, :attr:`state`),
-    whether the session got a push for it (and the field values assigned after it), and the certain run planned."""
+    whether the session got a push for it (and the field values assigned after it), and the certain run planned.
+    (A plain class, not a dataclass: compiled, a dataclass's generated ``__init__`` stays Python, 3,600 instructions
+    per frame, one frame per token.)"""
 
-    st: State | _Later
-    pushed: bool
-    plan: tuple[_Step, ...] | None = None
-    terminated: bool = False
-    token: int | None = None
-    assigned: tuple[tuple[str, Any], ...] = ()
-    row: tuple[Any, np.ndarray] | None = None  # the mask row here, with the assignment it was computed under
-    value: tuple[Any, Any, Any] | None = None  # inside a wide value: its place, counts and key (Decoder._in_value_at)
+    __slots__ = ("st", "pushed", "plan", "terminated", "token", "assigned", "row", "value")
+
+    def __init__(self, st: State | _Later, pushed: bool, plan: tuple[_Step, ...] | None = None,
+                 terminated: bool = False, token: int | None = None, assigned: tuple[tuple[str, Any], ...] = (),
+                 value: tuple[Any, Any, Any] | None = None):
+        self.st = st
+        self.pushed = pushed
+        self.plan = plan
+        self.terminated = terminated
+        self.token = token
+        self.assigned = assigned
+        self.row: tuple[Any, np.ndarray] | None = None  # the mask row here, with the assignment it was computed under
+        self.value = value  # inside a wide value: its place, counts and key (Decoder._in_value_at)
 
     @property
     def state(self) -> State:
@@ -744,6 +754,7 @@ class Decoder:
         self._frames = [_Frame(self.layout.start(), pushed=False)]
         self._redo: list[_Frame] = []  # frames a rollback undid, the next one last
         self._filters: OrderedDict[Any, Any] = OrderedDict()  # the filter of each assignment (_admissible)
+        self._last_filter: tuple[Any, Any] = (None, None)  # the last key object _admissible found, and its filter
         self._counts: dict[Any, tuple[np.ndarray, list[int]]] = {}  # a settled wide field's admissible counts, per
         self._last_counts: dict[str, tuple[Any, Any]] = {}  # assignment; per field, the last of them, with its key
         self._masks: dict[Any, bytes] = {}  # a narrow field's admissible mask, per assignment
@@ -816,14 +827,20 @@ class Decoder:
         key = None
         if not extra:  # the session's own assignment: one filter per assignment, its answers kept while it holds
             key = session.fixed_key()
+            last = self._last_filter
+            if last[0] is key:  # (the same key object: the assignment unchanged since; no key to hash)
+                return last[1]
             hit = self._filters.get(key)
             if hit is not None:
+                self._last_filter = (key, hit)
                 return hit
 
         stats = self.stats  # (the filter is kept on the decoder: a closure over self would make a cycle of them)
 
         def ask(p: str) -> Any:
             return session.questions(p) if session.wide(p) else session.admissible(p)
+
+        extended: list[Any] = []  # [the key in hand, the assignment with the extra values (Session._extended)]
 
         def fn(p: str) -> Any:
             if p not in fields:
@@ -834,10 +851,11 @@ class Decoder:
                     if session.fixed_key() != key:  # a caller kept the filter past an assignment: a bug, not an answer
                         raise RuntimeError("a decoder filter was asked under another assignment than its own")
                     return ask(p)
-                session.push()
+                base = session.fixed_key()
+                if not extended or extended[0] is not base:  # (made under the assignment in hand; kept while it is)
+                    extended[:] = [base, session._extended(extra)]
+                session._enter(extended[1])
                 try:
-                    for q, v in extra:
-                        session.assign(q, v)
                     return ask(p)
                 finally:
                     session.pop()
@@ -847,6 +865,7 @@ class Decoder:
         flt = self.layout.filter(fn)
         if key is not None:
             _remember(self._filters, key, flt, 64)
+            self._last_filter = (key, flt)
         return flt
 
     # -- masks --------------------------------------------------------------------------------------------------
@@ -1274,8 +1293,11 @@ class Decoder:
                     extra.append(tid)
         if may_finish and self.layout.finish(state, admissible=f or self._admissible()) is not None:
             extra += self._c.eos.tolist()
-        if extra:
-            np.bitwise_or.at(out.view(np.uint32), *_word_bits(np.array(extra, dtype=np.int64)))
+        if extra:  # (one C call: numpy's bitwise_or.at costs 5-10 us on a handful of ids)
+            if _rows is not None:
+                _rows.or_bits(out, np.array(extra, dtype=np.int64).tobytes())
+            else:
+                np.bitwise_or.at(out.view(np.uint32), *_word_bits(np.array(extra, dtype=np.int64)))
         return out.view(np.int32)
 
     def _choice_table(self, state: State, choice: Any = _NONE) -> ChoiceTable | None:
@@ -1494,6 +1516,8 @@ class Decoder:
             row[:] = 0
             bit = 1 << (t0 & 31)
             row[t0 >> 5] = bit - (1 << 32) if bit >> 31 else bit  # (as int32)
+        elif _rows is not None and row.flags.c_contiguous:  # (checked above: int32, the row's words)
+            _rows.copy_row(row, self._exact_row(place))
         else:
             row[:] = self._exact_row(place)
         self.stats.masks += 1

@@ -58,6 +58,15 @@ from ..schema import (
 from ..schema import escape as escape_token
 from .freeslot import NOTHING, IntegerSlot, NumberSlot, StringSlot
 
+try:  # (the decoder takes it from here)
+    from .. import _rows  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - the extension is built by pip; without it counts and rows take numpy's path
+    _rows = None
+_ROWS_API = ("wide_fill", "admissible_counts", "copy_row", "or_bits")
+if _rows is not None and not all(hasattr(_rows, f) for f in _ROWS_API):  # pragma: no cover - an older build
+    raise ImportError(f"factorspec_cp._rows is out of date (it needs {', '.join(_ROWS_API)}): rebuild it, "
+                      "pip install --no-build-isolation -e .")
+
 __all__ = ["Layout", "State", "Slot", "EnumSlot", "render_value", "Admissible", "field_matcher", "open_slot"]
 
 #: ``admissible(pointer)``: the values a field slot may take now (``None``: no restriction), or an object whose
@@ -80,14 +89,40 @@ def render_value(value: Any, indent: int | None = None, depth: int = 0) -> bytes
     return text.replace("\n", "\n" + " " * (indent * depth)).encode("utf-8")
 
 
-@dataclass(frozen=True)
 class State:
     """Where a match stands: its live threads, each with the field values it completed that not every thread
     agrees on yet. ``events`` are the values the advance into this state made certain; they are not part of the
-    state's identity (equal positions compare equal)."""
+    state's identity (equal positions compare equal). Immutable: both are read-only properties.
 
-    threads: frozenset[Thread]
-    events: tuple[Event, ...] = field(default=(), compare=False)
+    (Written out rather than a frozen dataclass: compiled, a dataclass keeps the ``__init__``, ``__eq__`` and
+    ``__hash__`` it generates in Python, and a planner makes a state per byte it steps: 7% of a meeting walk's
+    instructions went to dataclass constructors.)"""
+
+    __slots__ = ("_threads", "_events")
+
+    def __init__(self, threads: frozenset[Thread], events: tuple[Event, ...] = ()):
+        self._threads = threads
+        self._events = events
+
+    @property
+    def threads(self) -> frozenset[Thread]:
+        return self._threads
+
+    @property
+    def events(self) -> tuple[Event, ...]:
+        return self._events
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is State and self.threads == other.threads
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    def __hash__(self) -> int:
+        return hash(self.threads)
+
+    def __repr__(self) -> str:
+        return f"State(threads={self.threads!r}, events={self.events!r})"
 
     @property
     def cores(self) -> set[Core]:
@@ -119,13 +154,22 @@ class EnumSlot:
         self._index = {r: k for r, k in pairs}
         self._next: dict[bytes, frozenset[int]] = {}
         self._iv: dict[bytes, list[Interval]] = {}
+        self._spans: dict[bytes, tuple[int, int]] = {}
         self._order_np: np.ndarray | None = None
         self._order_intp: np.ndarray | None = None  # (admissible_counts)
+        self._order_i64: bytes | None = None  # (admissible_counts, in C)
         self._branch_prefixes: list[bytes] | None = None  # (decoder.branch_prefixes)
 
     def _span(self, t: bytes) -> tuple[int, int]:
         # renderings are UTF-8, which never holds 0xFF: every rendering starting with t sorts below t + b"\xff"
-        return bisect_left(self.renders, t), bisect_left(self.renders, t + b"\xff")
+        # (kept per prefix: a planner and the masks ask the same few prefixes of a slot again and again)
+        hit = self._spans.get(t)
+        if hit is None:
+            hit = (bisect_left(self.renders, t), bisect_left(self.renders, t + b"\xff"))
+            if len(self._spans) > 50_000:
+                self._spans.clear()
+            self._spans[t] = hit
+        return hit
 
     def has_prefix(self, t: bytes) -> bool:
         lo, hi = self._span(t)
@@ -378,12 +422,19 @@ def admissible_counts(m: EnumSlot, mask: bytes) -> tuple[np.ndarray, list[int]]:
     key = (id(m), mask)
     hit = _COUNTS.get(key)
     if hit is None or hit[0] is not m:
-        order = m._order_intp
-        if order is None:
-            order = m._order_intp = np.asarray(m.order, dtype=np.intp)
-        arr = np.zeros(len(order) + 1, dtype=np.int64)
-        np.cumsum(np.frombuffer(mask, dtype=np.uint8)[order], out=arr[1:])
-        hit = (m, arr, arr.tolist())
+        if _rows is not None:  # one pass in C (_rows.c), the array a view of its bytes
+            order64 = m._order_i64
+            if order64 is None:
+                order64 = m._order_i64 = np.asarray(m.order, dtype=np.int64).tobytes()
+            raw, below = _rows.admissible_counts(mask, order64)
+            hit = (m, np.frombuffer(raw, dtype=np.int64), below)
+        else:
+            order = m._order_intp
+            if order is None:
+                order = m._order_intp = np.asarray(m.order, dtype=np.intp)
+            arr = np.zeros(len(order) + 1, dtype=np.int64)
+            np.cumsum(np.frombuffer(mask, dtype=np.uint8)[order], out=arr[1:])
+            hit = (m, arr, arr.tolist())
         with _MATCHERS_LOCK:
             _COUNTS[key] = hit
             while len(_COUNTS) > 256:
@@ -486,6 +537,7 @@ class _Filter:
         self.asked: dict[str, Any] = {}
         self.memo: dict[tuple[str, int], EnumSlot | _AskedSlot | None] = {}
         self.by_ins: dict[tuple[int, tuple[int, ...]], EnumSlot | _AskedSlot | None] = {}  # Layout._allowed's
+        self.leads: dict[tuple[int, tuple[int, ...]], bool] = {}  # Layout._leads_on's
 
     def answer(self, pointer: str) -> Any:
         """What ``admissible`` says of ``pointer`` (asked once per filter)."""
@@ -821,6 +873,15 @@ class Layout:
     def _enter(self, pc: int, ctr: tuple[int, ...], flt: _Filter | None) -> list[tuple[Core, tuple[Event, ...]]]:
         return [(core, ()) for core in self._closure(pc, ctr) if self._may_enter(core, flt)]
 
+    def _leads_on(self, pc: int, ctr: tuple[int, ...], flt: _Filter) -> bool:
+        """Whether some position reachable from ``pc`` may be entered under ``flt`` (asked at every byte of a literal
+        a token spans: kept per filter)."""
+        key = (pc, ctr)
+        hit = flt.leads.get(key)
+        if hit is None:
+            hit = flt.leads[key] = any(self._may_enter(c, flt) for c in self._closure(pc, ctr))
+        return hit
+
     def _may_enter(self, core: Core, flt: _Filter | None) -> bool:
         """Whether a slot at its start has an admissible value (anything else: yes)."""
         allowed = self._allowed(self._code[core[0]], core[1], flt)
@@ -845,7 +906,7 @@ class Layout:
             if data[sub] != b:
                 return []
             if sub + 1 < len(data):
-                if flt is not None and not any(self._may_enter(c, flt) for c in self._closure(pc + 1, ctr)):
+                if flt is not None and not self._leads_on(pc + 1, ctr, flt):
                     return []  # the literal leads only into slots with nothing admissible
                 return [((pc, ctr, sub + 1), ())]
             return self._enter(pc + 1, ctr, flt)
