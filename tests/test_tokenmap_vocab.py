@@ -187,7 +187,7 @@ def test_rank_vocabularies_encode_with_tiktoken() -> None:
     for name in NAMES:
         v = vocab(name)
         v.encode("x")
-        owner = getattr(v._encoder, "__self__", None)
+        owner = getattr(getattr(v._encoder, "whole", v._encoder), "__self__", None)  # (bpe.by_piece's fallback)
         assert isinstance(owner, tiktoken.Encoding) == (name in ("qwen3", "llama3")), name
 
 
@@ -247,6 +247,41 @@ def test_smollm2_encodes_by_pretoken(text: str) -> None:
     encode = piecewise_encoder(tok)
     assert encode is not None  # SmolLM2's pre-tokenizer: digits one by one, then GPT-2's split
     assert encode(text) == tok.encode(text, add_special_tokens=False).ids == smollm2_reference()(text)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(st.sampled_from([chr(c) for c in range(0x20, 0x7F)] + ["\t", "\n"]), max_size=40) |
+       st.lists(_JSONISH.filter(str.isascii), max_size=20).map("".join))
+def test_plain_text_split_is_the_pattern_split(text: str) -> None:
+    """bpe.plain_text_split (Python's re, \\p{L}/\\p{N} as ASCII classes) splits printable ASCII, tab and newline
+    exactly as the original pattern does in `regex`, for the three split patterns the encoders use."""
+    from factorspec_cp.tokenmap.bpe import GPT2_PATTERN, LLAMA3_PATTERN, QWEN2_PATTERN, plain_text_split
+
+    for pattern in (QWEN2_PATTERN, LLAMA3_PATTERN, GPT2_PATTERN):
+        assert plain_text_split(pattern)(text) == regex.findall(pattern, text), pattern
+
+
+def test_plain_text_split_refuses_other_properties() -> None:
+    from factorspec_cp.tokenmap.bpe import plain_text_split
+
+    with pytest.raises(ValueError, match="not"):
+        plain_text_split(r"\p{Lu}+")
+    assert plain_text_split(r"[]a\p{L}]+|\p{N}")("]x1") == ["]x", "1"]
+
+
+_PLAINISH = _JSONISH | st.sampled_from(["123456", "  \n", " \t ", "don't", "'S", "x  y", "\n\n ", "a\tb"])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_PLAINISH, max_size=30).map("".join))
+def test_tiktoken_vocabularies_encode_by_pretoken(text: str) -> None:
+    """Qwen3 and Llama 3 split plain text into pre-tokens in Python and keep each one's ids (bpe.tiktoken_piecewise):
+    the ids are tiktoken's own encode of the whole text, and the `tokenizers` BPE's."""
+    for name in ("qwen3", "llama3"):
+        v = vocab(name)
+        v.encode("x")
+        assert v._encoder.whole is not v._encoder, name  # (the piecewise encoder is the one in use)
+        assert v._encoder(text) == tiktoken_reference(name)(text) == tokenizers_reference(name)(text), name
 
 
 @cache

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .bpe import GGUF_PRE_TOKENIZERS, LLAMA3_PATTERN, QWEN2_PATTERN, byte_level_bpe, tiktoken_bpe
+from .bpe import GGUF_PRE_TOKENIZERS, LLAMA3_PATTERN, QWEN2_PATTERN, byte_level_bpe, tiktoken_bpe, tiktoken_piecewise
 from .errors import VocabularyError
 from .readers import gguf_parts, plain_encoder, read_gguf_tokenizer
 from .vocab import Vocabulary
@@ -246,11 +246,12 @@ def _read(folder: Path) -> Vocabulary:
 
 def tiktoken_encoder(tokens: list[bytes | None], pattern: str, name: str) -> Callable[[str], list[int]]:
     """tiktoken's ``encode_ordinary`` over the ranks ``tokens`` spell (every id with bytes is its token's rank; the
-    special ids have none): special-token text is spelled as text."""
+    special ids have none), by pre-token (:func:`~.bpe.tiktoken_piecewise`): special-token text is spelled as text."""
     import tiktoken
 
     ranks = {t: i for i, t in enumerate(tokens) if t is not None}
-    return tiktoken.Encoding(name, pat_str=pattern, mergeable_ranks=ranks, special_tokens={}).encode_ordinary
+    encoding = tiktoken.Encoding(name, pat_str=pattern, mergeable_ranks=ranks, special_tokens={})
+    return tiktoken_piecewise(encoding, pattern)
 
 
 _memo: dict[tuple[str, Path], Vocabulary] = {}
