@@ -142,10 +142,11 @@ class Field:
     kind: str  # "integer" | "boolean" | "enum" | "const" | "null"
     conditional: bool = False  # not always present (optional property, variable-length array, union branch)
     _index: dict[Any, int] | None = field(default=None, repr=False)
+    #: ``len(values)``, kept: the compiled per-token path reads it, where a property is a call into Python
+    size: int = field(init=False, repr=False, compare=False)
 
-    @property
-    def size(self) -> int:
-        return len(self.values)
+    def __post_init__(self) -> None:
+        self.size = len(self.values)
 
     @property
     def numeric(self) -> bool:

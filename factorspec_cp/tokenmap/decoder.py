@@ -56,7 +56,7 @@ from bisect import bisect_left
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from dataclasses import field as dc_field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from mypy_extensions import mypyc_attr
@@ -675,13 +675,15 @@ class _Later:
         self.at, self.k = at, k
 
 
-class _Step(NamedTuple):
+class _Step:
     """One planned token: the layout state after it (a :class:`_Later` where made when read; ``None``: EOS) and the
-    field values it completes. (A named tuple: a plan makes one per token.)"""
+    field values it completes. Not changed once made (plans are cached). (A plain class: a named tuple's ``__new__``
+    is Python, called once per planned token from the compiled planner.)"""
 
-    token: int
-    state: State | _Later | None
-    events: tuple[tuple[str, Any], ...] = ()
+    __slots__ = ("token", "state", "events")
+
+    def __init__(self, token: int, state: State | _Later | None, events: tuple[tuple[str, Any], ...] = ()):
+        self.token, self.state, self.events = token, state, events
 
 
 class _Frame:
