@@ -93,7 +93,7 @@ def by_piece(pieces: Callable[[str], list[str]], encode_piece: Callable[[str], A
             out += ids
         return out
 
-    encode.whole = encode_whole  # type: ignore[attr-defined]  # (what it encodes with, for tests and reprs)
+    encode.whole = encode_whole  # type: ignore[attr-defined]  # (what other text goes to: tests look for it)
     return encode
 
 
@@ -135,7 +135,7 @@ def piecewise_encoder(tok: Any) -> Callable[[str], list[int]] | None:
     def whole(text: str) -> list[int]:
         return tok.encode(text, add_special_tokens=False).ids
 
-    return by_piece(pieces, lambda piece: whole(piece), whole)
+    return by_piece(pieces, whole, whole)
 
 
 def tiktoken_piecewise(encoding: Any, pattern: str) -> Callable[[str], list[int]]:
