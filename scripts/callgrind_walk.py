@@ -6,7 +6,7 @@ primed first, outside the count, then instrumentation is switched on and only th
 (``certain_run``, ``consume`` and ``fill_mask`` at a choice, entered from Python). Needs valgrind
 (``apt-get install valgrind``) and the compiled build (the counted entry points are its wrappers).
 
-    python scripts/callgrind_walk.py [--workload meeting] [--records 10] [--vocab qwen3] [--out DIR]
+    python scripts/callgrind_walk.py [--workload meeting] [--records 10] [--vocab qwen3] [--gc] [--out DIR]
 
 Prints the tokens, the instructions and their ratio; the callgrind file stays in ``--out`` for
 ``callgrind_annotate --inclusive=yes``.
@@ -26,7 +26,7 @@ ENTRY_POINTS = ("CPyPy_decoder___Decoder___certain_run", "CPyPy_decoder___Decode
                 "CPyPy_decoder___Decoder___fill_mask")
 
 
-def walk(workload: str, records: int, vocab_name: str, flags: Path) -> None:
+def walk(workload: str, records: int, vocab_name: str, flags: Path, keep_gc: bool = False) -> None:
     """The counted process: prime, say so, wait for the go, walk."""
     import copy
     import gc
@@ -52,7 +52,8 @@ def walk(workload: str, records: int, vocab_name: str, flags: Path) -> None:
         decoders.append((dec, dec.layout.render(gold).encode()))
     row = np.zeros((vocab.size + 31) // 32, dtype=np.int32)
     gc.collect()
-    gc.disable()
+    if not keep_gc:
+        gc.disable()
     (flags / "ready").write_text(str(os.getpid()))
     while not (flags / "go").exists():
         time.sleep(0.1)
@@ -75,11 +76,13 @@ def main() -> None:
     ap.add_argument("--workload", default="meeting", choices=["meeting", "calendar", "trip", "tool-call"])
     ap.add_argument("--records", type=int, default=10)
     ap.add_argument("--vocab", default="qwen3")
+    ap.add_argument("--gc", action="store_true", help="keep the garbage collector running in the walk, as bench masks "
+                    "does (its collections, triggered by the walk's allocations, are then counted)")
     ap.add_argument("--out", type=Path, default=None, help="where the callgrind file goes (default: a new folder)")
     ap.add_argument("--child", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child is not None:
-        walk(args.workload, args.records, args.vocab, args.child)
+        walk(args.workload, args.records, args.vocab, args.child, args.gc)
         return
     out = args.out or Path(tempfile.mkdtemp(prefix="callgrind-walk-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -87,7 +90,7 @@ def main() -> None:
     cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-atstart=no",
            *[f"--toggle-collect={e}" for e in ENTRY_POINTS], f"--callgrind-out-file={out / 'callgrind.out'}",
            sys.executable, __file__, "--workload", args.workload, "--records", str(args.records), "--vocab",
-           args.vocab, "--child", str(flags)]
+           args.vocab, *(["--gc"] if args.gc else []), "--child", str(flags)]
     proc = subprocess.Popen(cmd, stderr=subprocess.DEVNULL)
     while not (flags / "ready").exists():
         if proc.poll() is not None:
@@ -102,7 +105,8 @@ def main() -> None:
     summary = subprocess.run(["callgrind_annotate", str(out / "callgrind.out")], capture_output=True, text=True,
                              check=True).stdout
     total = next(int(line.split()[0].replace(",", "")) for line in summary.splitlines() if "PROGRAM TOTALS" in line)
-    print(f"{args.workload}/{args.vocab}, {args.records} records: {tokens} tokens, {total:,} instructions, "
+    gc_on = " (gc on)" if args.gc else ""
+    print(f"{args.workload}/{args.vocab}, {args.records} records{gc_on}: {tokens} tokens, {total:,} instructions, "
           f"{total // tokens:,} per token ({out / 'callgrind.out'})")
 
 
