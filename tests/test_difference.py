@@ -517,16 +517,45 @@ def test_admissible_counts_in_c_equal_numpy() -> None:
         n = int(rng.integers(1, 1200))
         mask = (rng.random(n) < [0.0, 1.0, 0.01, 0.5][trial % 4]).astype(np.uint8).tobytes()
         order = rng.permutation(n).astype(np.int64)
-        raw, below = _rows.admissible_counts(mask, order.tobytes())
+        raw = _rows.admissible_counts(mask, order.tobytes())
         want = np.concatenate(([0], np.cumsum(np.frombuffer(mask, dtype=np.uint8)[order])))
-        assert np.array_equal(np.frombuffer(raw, dtype=np.int64), want) and below == want.tolist()
+        assert np.array_equal(np.frombuffer(raw, dtype=np.int64), want)
     with pytest.raises(IndexError):
         _rows.admissible_counts(b"\x01\x00", np.array([0, 2], dtype=np.int64).tobytes())
     m = EnumSlot([f"{h}:{mm:02d}" for h in range(1, 13) for mm in range(60)])
     mask = bytes(rng.integers(0, 2, len(m.domain), dtype=np.uint8))
-    arr, below = admissible_counts(m, mask)
+    arr, raw = admissible_counts(m, mask)
     want = np.concatenate(([0], np.cumsum(np.frombuffer(mask, dtype=np.uint8)[np.asarray(m.order)])))
-    assert np.array_equal(arr, want) and below == want.tolist()
+    assert np.array_equal(arr, want) and raw == want.astype(np.int64).tobytes()
+
+
+@pytest.mark.parametrize("in_c", [True, False], ids=["c", "python"])
+def test_span_questions_equal_brute_force(in_c: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``span_has`` and ``span_ends`` (an asked slot's questions on the admissible counts: in C, and the Python path
+    taken without the extension) against a scan of the mask in sorted order, on random masks (sparse, dense, empty,
+    full) and every span of small domains; spans outside the counts raise."""
+    import numpy as np
+
+    from factorspec_cp.tokenmap import layout
+
+    if not in_c:
+        monkeypatch.setattr(layout, "_rows", None)
+    rng = np.random.default_rng(13)
+    for trial in range(120):
+        n = int(rng.integers(1, 40))
+        ok = (rng.random(n) < [0.0, 1.0, 0.1, 0.5][trial % 4]).astype(np.int64)  # admissible, in sorted order
+        counts = np.concatenate(([0], np.cumsum(ok))).astype(np.int64).tobytes()
+        for lo in range(n + 1):
+            for hi in range(lo, n + 1):
+                inside = [j for j in range(lo, hi) if ok[j]]
+                assert layout.span_has(counts, lo, hi) == bool(inside)
+                assert layout.span_ends(counts, lo, hi) == ((inside[0], inside[-1]) if inside else None)
+    counts = np.array([0, 1, 1], dtype=np.int64).tobytes()
+    for lo, hi in [(-1, 1), (1, 3), (2, 1)]:
+        with pytest.raises(IndexError):
+            layout.span_has(counts, lo, hi)
+        with pytest.raises(IndexError):
+            layout.span_ends(counts, lo, hi)
 
 
 def test_row_helpers_in_c_equal_numpy() -> None:

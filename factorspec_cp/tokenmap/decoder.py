@@ -75,6 +75,7 @@ from .layout import (
     admissible_common,
     admissible_counts,
     same_domain,
+    span_has,
 )
 from .strings import Closing, StringMasks
 from .stringtables import vocabulary_key
@@ -688,18 +689,22 @@ class _Step:
 
 class _Frame:
     """One position: the layout state (``st``: a :class:`_Later` from a planned step until read, :attr:`state`),
-    whether the session got a push for it (and the field values assigned after it), and the certain run planned.
-    (A plain class, not a dataclass: compiled, a dataclass's generated ``__init__`` stays Python, 3,600 instructions
-    per frame, one frame per token.)"""
+    whether the session got a push for it (and the field values assigned after it), and the certain run planned:
+    ``plan[at:]`` (``None``: not planned yet, ``at`` 0; ``at`` is below ``len(plan)``). The frames of one planned run
+    share its tuple, each at its own offset: a frame is kept per token (rollbacks), and a slice per frame kept the
+    rest of the run in each (a run's length squared over two step references, a fifth of what the garbage collector
+    traversed on meeting). (A plain class, not a dataclass: compiled, a dataclass's generated ``__init__`` stays
+    Python, 3,600 instructions per frame, one frame per token.)"""
 
-    __slots__ = ("st", "pushed", "plan", "terminated", "token", "assigned", "row", "value")
+    __slots__ = ("st", "pushed", "plan", "at", "terminated", "token", "assigned", "row", "value")
 
     def __init__(self, st: State | _Later, pushed: bool, plan: tuple[_Step, ...] | None = None,
                  terminated: bool = False, token: int | None = None, assigned: tuple[tuple[str, Any], ...] = (),
-                 value: tuple[Any, Any, Any] | None = None):
+                 value: tuple[Any, Any, Any] | None = None, at: int = 0):
         self.st = st
         self.pushed = pushed
         self.plan = plan
+        self.at = at
         self.terminated = terminated
         self.token = token
         self.assigned = assigned
@@ -757,7 +762,7 @@ class Decoder:
         self._redo: list[_Frame] = []  # frames a rollback undid, the next one last
         self._filters: OrderedDict[Any, Any] = OrderedDict()  # the filter of each assignment (_admissible)
         self._last_filter: tuple[Any, Any] = (None, None)  # the last key object _admissible found, and its filter
-        self._counts: dict[Any, tuple[np.ndarray, list[int]]] = {}  # a settled wide field's admissible counts, per
+        self._counts: dict[Any, tuple[np.ndarray, bytes]] = {}  # a settled wide field's admissible counts, per
         self._last_counts: dict[str, tuple[Any, Any]] = {}  # assignment; per field, the last of them, with its key
         self._masks: dict[Any, bytes] = {}  # a narrow field's admissible mask, per assignment
         self.stats = DecoderStats()
@@ -1195,7 +1200,7 @@ class Decoder:
         if counts is None:
             return None
         lo, hi = m._span(new)
-        if counts[1][hi] <= counts[1][lo]:
+        if not span_has(counts[1], lo, hi):
             return None
         # the place there: the same slot, ``new`` typed (not a whole value, checked above)
         return State(frozenset({((pc, ctr, new), pending)})), ((pointer, m, (place[2][0], b"", new), False), counts,
@@ -1242,11 +1247,11 @@ class Decoder:
         place = self._slot_place(state)
         return place, (None if place is None else self._wide_counts(place[0], place[1]))
 
-    def _wide_counts(self, pointer: str, m: EnumSlot) -> tuple[np.ndarray, list[int]] | None:
+    def _wide_counts(self, pointer: str, m: EnumSlot) -> tuple[np.ndarray, bytes] | None:
         """The admissible counts below each of ``m``'s sorted renderings (:func:`admissible_counts`: as an array, for
-        a row's pass in C, and as a list, for single look-ups), where the session has settled the wide field
-        ``pointer`` under the current assignment (kept per assignment: a value's digits are asked in a row); ``None``
-        where it has not."""
+        a row's pass in C, and as its bytes, for single look-ups: :func:`span_has`), where the session has settled
+        the wide field ``pointer`` under the current assignment (kept per assignment: a value's digits are asked in a
+        row); ``None`` where it has not."""
         fixed = self._key()
         last = self._last_counts.get(pointer)  # the digits of one value ask in a row: one identity check (the
         if last is not None and last[0] is fixed:  # session keeps its key object while the assignment stands)
@@ -1289,7 +1294,7 @@ class Decoder:
         extra: list[int] = []
         f = None
         for j, tid, data in table.checks:  # tokens running past a value: checked under the solver
-            if below[j + 1] > below[j]:
+            if span_has(below, j, j + 1):
                 f = f or self._admissible()
                 if self._suffix_ok(state, data, (), f):
                     extra.append(tid)
@@ -1512,9 +1517,11 @@ class Decoder:
                 self.stats.masks += 1
                 self.stats.mask_seconds += time.perf_counter() - t
                 return
-        plan = self._plan() if self.mode == "canonical" and not frame.terminated else ()
+        if self.mode == "canonical" and not frame.terminated:
+            self._planned()
+        plan = frame.plan if self.mode == "canonical" and not frame.terminated else ()
         if plan:
-            t0 = plan[0].token
+            t0 = plan[frame.at].token
             row[:] = 0
             bit = 1 << (t0 & 31)
             row[t0 >> 5] = bit - (1 << 32) if bit >> 31 else bit  # (as int32)
@@ -1558,8 +1565,14 @@ class Decoder:
 
     # -- certain runs -------------------------------------------------------------------------------------------
     def _plan(self, ahead: bool = False) -> tuple[_Step, ...]:
-        """The current position's certain run (planned once per position). A newly planned run also computes the
-        mask row where it ends (:meth:`_row_after`); with ``ahead`` (the engine asking for its draft,
+        """The current position's certain run (:meth:`_planned`)."""
+        frame = self._planned(ahead)
+        plan = frame.plan
+        return plan[frame.at:] if frame.at else plan  # type: ignore[index,return-value]  # (planned)
+
+    def _planned(self, ahead: bool = False) -> _Frame:
+        """The current frame, its certain run planned (once per position: ``plan[at:]``). A newly planned run also
+        computes the mask row where it ends (:meth:`_row_after`); with ``ahead`` (the engine asking for its draft,
         :meth:`certain_run`), an empty run computes the row here, where the model chooses next: as at a run's end, the
         row is then ready when the forward pass's logits are (the constraint service computes it while the engine
         runs that pass), and the fill copies it."""
@@ -1581,7 +1594,7 @@ class Decoder:
                 # the model chooses here: its row with the (empty) draft (inside a wide value, from the slot found)
                 self._exact_row(self._value_at(frame.state, frame.value)[0] if WIDE_TABLES else None)
             self.stats.plan_seconds += time.perf_counter() - t
-        return frame.plan  # type: ignore[return-value]  # (planned above)
+        return frame
 
     def _row_after(self, plan: tuple[_Step, ...]) -> None:
         """Compute and keep the mask row where ``plan`` ends, the model's next choice: its tokens are taken and
@@ -1617,7 +1630,7 @@ class Decoder:
         raised, the steps before it taken, as a loop of ``consume`` would leave them)."""
         t0 = time.perf_counter()
         frames, redo, session, fields = self._frames, self._redo, self.session, self._fields
-        if frames[-1].plan is not plan:
+        if frames[-1].plan is not plan or frames[-1].at:
             raise ValueError("_take takes the current position's own plan")
         taken = 0
         try:
@@ -1645,8 +1658,9 @@ class Decoder:
                     except BaseException:
                         session.pop()
                         raise
-                frames.append(_Frame(step.state, pushed=bool(assigned), plan=plan[i + 1:] or None, token=token,
-                                     assigned=assigned))
+                more = i + 1 < len(plan)  # (the run goes on: the next frame holds it, one step on)
+                frames.append(_Frame(step.state, pushed=bool(assigned), plan=plan if more else None, token=token,
+                                     assigned=assigned, at=i + 1 if more else 0))
                 taken += 1
         finally:
             self.stats.consume_seconds += time.perf_counter() - t0
@@ -1781,7 +1795,9 @@ class Decoder:
         ends. Consuming them in order is always admitted."""
         if self._frames[-1].terminated or max_tokens <= 0:
             return []
-        return [step.token for step in self._plan(ahead=True)[:max_tokens]]
+        frame = self._planned(ahead=True)
+        plan, at = frame.plan, frame.at
+        return [step.token for step in plan[at:at + max_tokens]]  # type: ignore[index]  # (planned)
 
     # -- consuming ----------------------------------------------------------------------------------------------
     def consume(self, token: int) -> None:
@@ -1803,11 +1819,15 @@ class Decoder:
                 self.stats.consume_seconds += time.perf_counter() - t0
                 return
             redo.clear()  # another token: what was undone is gone
-        plan = self._plan() if self.mode == "canonical" else frame.plan
-        if self.mode == "canonical" and plan and token != plan[0].token:
-            raise TokenRejected(f"token {token} at a certain position (the certain token is {plan[0].token})")
-        step = plan[0] if plan and token == plan[0].token else None
-        rest = plan[1:] if plan and step is not None else None
+        if self.mode == "canonical":
+            self._planned()
+        plan, at = frame.plan, frame.at  # the run from here is plan[at:]
+        if self.mode == "canonical" and plan and token != plan[at].token:
+            raise TokenRejected(f"token {token} at a certain position (the certain token is {plan[at].token})")
+        step = plan[at] if plan and token == plan[at].token else None
+        # the next frame's run: this one's, one step on (None where it ends, or the token is not the planned one)
+        rest = plan if step is not None and at + 1 < len(plan) else None  # type: ignore[arg-type]
+        more = at + 1 if rest is not None else 0
         if step is not None and step.state is not None:  # a planned token: its state is known
             assigned = tuple((p, v) for p, v in step.events if p in self._fields) if step.events else ()
             if assigned:  # (a token that completes no value leaves the assignment as it is: nothing to save)
@@ -1818,8 +1838,8 @@ class Decoder:
                 except BaseException:
                     self.session.pop()
                     raise
-            self._frames.append(_Frame(step.state, pushed=bool(assigned), plan=rest or None, token=token,
-                                       assigned=assigned))
+            self._frames.append(_Frame(step.state, pushed=bool(assigned), plan=rest, token=token,
+                                       assigned=assigned, at=more))
             self.stats.consume_seconds += time.perf_counter() - t0
             return
         if token in self._eos and self.vocab.tokens[token] is None:
@@ -1837,13 +1857,14 @@ class Decoder:
             core = self._c.string_masks(fs[0]).step(fs[1], token)
             if core is not None:
                 self._frames.append(_Frame(layout.in_string(frame.state, data, core), pushed=False,
-                                           plan=rest or None, token=token))
+                                           plan=rest, token=token, at=more))
                 self.stats.consume_seconds += time.perf_counter() - t0
                 return
         if WIDE_TABLES:  # inside a settled wide field's value, a token that stays inside it: one span look-up
             inside = self._in_value_at(frame.state, data)
             if inside is not None:
-                self._frames.append(_Frame(inside[0], pushed=False, plan=rest or None, token=token, value=inside[1]))
+                self._frames.append(_Frame(inside[0], pushed=False, plan=rest, token=token, value=inside[1],
+                                           at=more))
                 self.stats.consume_seconds += time.perf_counter() - t0
                 return
         pushed = False  # the assignment is saved at the first value the token completes (most complete none)
@@ -1874,7 +1895,7 @@ class Decoder:
             if pushed:
                 self.session.pop()
             raise
-        self._frames.append(_Frame(st, pushed=pushed, plan=rest or None, token=token,  # type: ignore[arg-type]
+        self._frames.append(_Frame(st, pushed=pushed, plan=rest, at=more, token=token,  # type: ignore[arg-type]
                                    assigned=tuple(done)))
         self.stats.consume_seconds += time.perf_counter() - t0
 

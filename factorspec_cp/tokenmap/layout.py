@@ -36,7 +36,7 @@ import threading
 import weakref
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -62,7 +62,7 @@ try:  # (the decoder takes it from here)
     from .. import _rows  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - the extension is built by pip; without it counts and rows take numpy's path
     _rows = None
-_ROWS_API = ("wide_fill", "admissible_counts", "copy_row", "or_bits")
+_ROWS_API = ("wide_fill", "admissible_counts", "span_has", "span_ends", "copy_row", "or_bits")
 if _rows is not None and not all(hasattr(_rows, f) for f in _ROWS_API):  # pragma: no cover - an older build
     raise ImportError(f"factorspec_cp._rows is out of date (it needs {', '.join(_ROWS_API)}): rebuild it, "
                       "pip install --no-build-isolation -e .")
@@ -288,12 +288,13 @@ class _AskedSlot:
         self.m, self.q = matcher, weakref.proxy(questions)
         self.prefix: dict[bytes, bool] = {}
         self.value: dict[int, bool] = {}
-        self._counts: list[int] | None | bool = False  # False: not looked for yet
+        self._counts: bytes | None | bool = False  # False: not looked for yet
 
-    def _settled(self) -> list[int] | None:
+    def _settled(self) -> bytes | None:
         """Where the questions know every value (``settled()``: a difference component's search) and the matcher
-        lists sorted renderings: the number of admissible values among the first ``j`` renderings, for every ``j``.
-        A prefix then has an admissible value iff its span of renderings counts one: two bisections, no question."""
+        lists sorted renderings: the number of admissible values among the first ``j`` renderings, for every ``j``
+        (:func:`admissible_counts`' bytes). A prefix then has an admissible value iff its span of renderings counts
+        one (:func:`span_has`): no question."""
         counts = self._counts
         if counts is False:
             counts = None
@@ -312,7 +313,7 @@ class _AskedSlot:
             counts = self._settled()
             if counts is not None:
                 lo, hi = self.m._span(t)  # type: ignore[union-attr]
-                hit = self.prefix[t] = counts[hi] > counts[lo]
+                hit = self.prefix[t] = span_has(counts, lo, hi)
                 return hit
             if not t:
                 hit = self.q.among([[(0, len(self.m.domain) - 1)]])[0]
@@ -362,7 +363,7 @@ class _AskedSlot:
         counts = self._settled()
         if counts is not None:  # the rendering's own place in the sorted order
             j = bisect_left(self.m.renders, sub)  # type: ignore[union-attr]
-            return counts[j + 1] > counts[j]
+            return span_has(counts, j, j + 1)
         if k not in self.value:
             if self.m.index_intervals(sub) == [(k, k)]:  # no other value starts with sub: has_prefix answered it
                 self.value[k] = True
@@ -377,23 +378,47 @@ class _AskedSlot:
 
 
 _MISS = object()
-_COUNTS: OrderedDict[tuple[int, bytes], tuple[Any, np.ndarray, list[int]]] = OrderedDict()
+_COUNTS: OrderedDict[tuple[int, bytes], tuple[Any, np.ndarray, bytes]] = OrderedDict()
 
 
-def admissible_ends(m: EnumSlot, counts: Sequence[int], sub: bytes) -> tuple[bytes, bytes] | None:
-    """The first and last of ``m``'s sorted renderings that start with ``sub`` and render an admissible value, given
-    the admissible counts (:func:`admissible_counts`); ``None`` where none does. Counts never decrease, so these sit
-    just before the first positions in the span holding one more than its start, and its end's count."""
-    lo, hi = m._span(sub)
-    below, upto = counts[lo], counts[hi]
+def span_has(counts: bytes, lo: int, hi: int) -> bool:
+    """Whether the sorted renderings ``[lo, hi)`` count an admissible value, given the admissible counts
+    (:func:`admissible_counts`' int64 bytes): ``counts[hi] > counts[lo]``."""
+    if _rows is not None:
+        return _rows.span_has(counts, lo, hi)
+    c = memoryview(counts).cast("q")
+    if not 0 <= lo <= hi < len(c):
+        raise IndexError(f"span_has: the span [{lo}, {hi}) is outside the counts")
+    return bool(c[hi] > c[lo])
+
+
+def span_ends(counts: bytes, lo: int, hi: int) -> tuple[int, int] | None:
+    """The first and the last sorted position in ``[lo, hi)`` whose rendering is admissible, given the admissible
+    counts (:func:`admissible_counts`' int64 bytes); ``None`` where none is. Counts never decrease, so these sit just
+    before the first positions in the span holding one more than its start, and its end's count (two bisections: in
+    C, where the bisections on a list of ints cost 1,500 instructions each)."""
+    if _rows is not None:
+        return _rows.span_ends(counts, lo, hi)
+    c = memoryview(counts).cast("q")
+    if not 0 <= lo <= hi < len(c):
+        raise IndexError(f"span_ends: the span [{lo}, {hi}) is outside the counts")
+    below, upto = c[lo], c[hi]
     if upto == below:
         return None
-    first = bisect_left(counts, below + 1, lo + 1, hi + 1) - 1
-    last = bisect_left(counts, upto, lo, hi + 1) - 1
-    return m.renders[first], m.renders[last]
+    return bisect_left(c, below + 1, lo + 1, hi + 1) - 1, bisect_left(c, upto, lo, hi + 1) - 1
 
 
-def admissible_common(m: EnumSlot, counts: Sequence[int], sub: bytes) -> bytes | None:
+def admissible_ends(m: EnumSlot, counts: bytes, sub: bytes) -> tuple[bytes, bytes] | None:
+    """The first and last of ``m``'s sorted renderings that start with ``sub`` and render an admissible value, given
+    the admissible counts (:func:`admissible_counts`); ``None`` where none does (:func:`span_ends`)."""
+    lo, hi = m._span(sub)
+    ends = span_ends(counts, lo, hi)
+    if ends is None:
+        return None
+    return m.renders[ends[0]], m.renders[ends[1]]
+
+
+def admissible_common(m: EnumSlot, counts: bytes, sub: bytes) -> bytes | None:
     """The bytes every admissible value whose rendering starts with ``sub`` writes next (the longest common prefix of
     the first and last of them in sorted order, less ``sub``), given the admissible counts; ``None`` where none does."""
     ends = admissible_ends(m, counts, sub)
@@ -405,7 +430,7 @@ def admissible_common(m: EnumSlot, counts: Sequence[int], sub: bytes) -> bytes |
     return a[len(sub):n]
 
 
-def admissible_branches(m: EnumSlot, counts: Sequence[int], sub: bytes) -> bool:
+def admissible_branches(m: EnumSlot, counts: bytes, sub: bytes) -> bool:
     """Whether two admissible values whose renderings start with ``sub``, both longer, differ in the byte after it
     (so at least two next bytes are admissible: nothing is certain there), given the admissible counts."""
     ends = admissible_ends(m, counts, sub)
@@ -415,10 +440,11 @@ def admissible_branches(m: EnumSlot, counts: Sequence[int], sub: bytes) -> bool:
     return len(a) > n and len(z) > n and a[n] != z[n]
 
 
-def admissible_counts(m: EnumSlot, mask: bytes) -> tuple[np.ndarray, list[int]]:
+def admissible_counts(m: EnumSlot, mask: bytes) -> tuple[np.ndarray, bytes]:
     """For a matcher's sorted renderings and a mask over its domain (1: admissible): the number of admissible values
-    among the first ``j`` renderings, for every ``j``, as an array (a decoder's wide rows gather it) and as a list (an
-    asked slot bisects it). Kept per (matcher, mask): both ask it for the same settled field."""
+    among the first ``j`` renderings, for every ``j``, as an int64 array (a decoder's wide rows gather it) and as its
+    bytes (an asked slot's questions read them: :func:`span_has`, :func:`span_ends`). Kept per (matcher, mask): both
+    ask it for the same settled field."""
     key = (id(m), mask)
     hit = _COUNTS.get(key)
     if hit is None or hit[0] is not m:
@@ -426,15 +452,15 @@ def admissible_counts(m: EnumSlot, mask: bytes) -> tuple[np.ndarray, list[int]]:
             order64 = m._order_i64
             if order64 is None:
                 order64 = m._order_i64 = np.asarray(m.order, dtype=np.int64).tobytes()
-            raw, below = _rows.admissible_counts(mask, order64)
-            hit = (m, np.frombuffer(raw, dtype=np.int64), below)
+            raw = _rows.admissible_counts(mask, order64)
+            hit = (m, np.frombuffer(raw, dtype=np.int64), raw)
         else:
             order = m._order_intp
             if order is None:
                 order = m._order_intp = np.asarray(m.order, dtype=np.intp)
             arr = np.zeros(len(order) + 1, dtype=np.int64)
             np.cumsum(np.frombuffer(mask, dtype=np.uint8)[order], out=arr[1:])
-            hit = (m, arr, arr.tolist())
+            hit = (m, arr, arr.tobytes())
         with _MATCHERS_LOCK:
             _COUNTS[key] = hit
             while len(_COUNTS) > 256:
