@@ -1517,9 +1517,9 @@ class Decoder:
                 self.stats.masks += 1
                 self.stats.mask_seconds += time.perf_counter() - t
                 return
+        plan: Any = ()
         if self.mode == "canonical" and not frame.terminated:
-            self._planned()
-        plan = frame.plan if self.mode == "canonical" and not frame.terminated else ()
+            plan = self._planned().plan
         if plan:
             t0 = plan[frame.at].token
             row[:] = 0

@@ -381,14 +381,21 @@ _MISS = object()
 _COUNTS: OrderedDict[tuple[int, bytes], tuple[Any, np.ndarray, bytes]] = OrderedDict()
 
 
+def _counts_view(counts: bytes, lo: int, hi: int, name: str) -> memoryview:
+    """The counts as int64s, where the span ``[lo, hi)`` is inside them (the Python path of :func:`span_has` and
+    :func:`span_ends`, with the C path's bounds)."""
+    c = memoryview(counts).cast("q")
+    if not 0 <= lo <= hi < len(c):
+        raise IndexError(f"{name}: the span [{lo}, {hi}) is outside the counts")
+    return c
+
+
 def span_has(counts: bytes, lo: int, hi: int) -> bool:
     """Whether the sorted renderings ``[lo, hi)`` count an admissible value, given the admissible counts
     (:func:`admissible_counts`' int64 bytes): ``counts[hi] > counts[lo]``."""
     if _rows is not None:
         return _rows.span_has(counts, lo, hi)
-    c = memoryview(counts).cast("q")
-    if not 0 <= lo <= hi < len(c):
-        raise IndexError(f"span_has: the span [{lo}, {hi}) is outside the counts")
+    c = _counts_view(counts, lo, hi, "span_has")
     return bool(c[hi] > c[lo])
 
 
@@ -399,9 +406,7 @@ def span_ends(counts: bytes, lo: int, hi: int) -> tuple[int, int] | None:
     C, where the bisections on a list of ints cost 1,500 instructions each)."""
     if _rows is not None:
         return _rows.span_ends(counts, lo, hi)
-    c = memoryview(counts).cast("q")
-    if not 0 <= lo <= hi < len(c):
-        raise IndexError(f"span_ends: the span [{lo}, {hi}) is outside the counts")
+    c = _counts_view(counts, lo, hi, "span_ends")
     below, upto = c[lo], c[hi]
     if upto == below:
         return None
