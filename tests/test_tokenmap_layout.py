@@ -544,3 +544,40 @@ def test_pattern_anchors_follow_search_semantics() -> None:
             for b in json.dumps(s).encode():
                 sub = slot.step(sub, b) if sub is not None else None
             assert (sub is not None and slot.value(sub) == s) == bool(re.search(pattern, s)), (pattern, s)
+
+
+def _nested_arrays() -> dict[str, Any]:
+    return {"type": "object", "required": ["a"], "properties": {"a": {"type": "array", "items": {
+        "type": "object", "required": ["x", "y"], "properties": {
+            "x": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9}},
+            "y": {"type": "string"}}}}}}
+
+
+@pytest.mark.parametrize("schema", [_TOOL_CALL, _nested_arrays(), "meeting"])
+def test_prepare_computes_what_first_use_computes(schema: Any) -> None:
+    """``Layout.prepare`` fills the per-position caches ahead; each entry is what a fresh layout computes on first use,
+    every byte walk is unchanged, and the limit bounds the positions (arrays without ``maxItems``)."""
+    if schema == "meeting":
+        schema = meeting.declaration(next(iter(meeting.examples())))
+    prepared, fresh = Layout(schema), Layout(schema)
+    visited = prepared.prepare(limit=200)
+    assert 0 < visited <= 200
+    assert prepared.prepare() == 0  # once per layout
+    assert prepared._closures and prepared._chains
+    for (pc, ctr), cores in list(prepared._closures.items()):
+        assert fresh._closure(pc, ctr) == cores
+    for (pc, ctr), chain in list(prepared._chains.items()):
+        assert fresh._literals(pc, ctr) == chain
+    for (pc, ctr), follow in list(prepared._follows.items()):
+        assert fresh._follow(pc, ctr) == follow
+    rng = random.Random(7)
+    for _ in range(30):  # random walks agree byte by byte with the lazy layout
+        a, b = prepared.start(), fresh.start()
+        for _ in range(200):
+            nxt = sorted(prepared.allowed_next_bytes(a))
+            assert nxt == sorted(fresh.allowed_next_bytes(b))
+            if not nxt:
+                break
+            byte = bytes([rng.choice(nxt)])
+            a, b = prepared.advance(a, byte), fresh.advance(b, byte)
+            assert a is not None and b is not None and a.threads == b.threads and a.events == b.events

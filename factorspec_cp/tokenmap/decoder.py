@@ -770,7 +770,8 @@ class Decoder:
 
     def prime(self) -> Decoder:
         """Do now the work the first token would wait for (a server runs this while the prompt is prefilled, off
-        its step loop): the session's root pass (:meth:`Session.prepare`) and, in canonical mode, the certain run
+        its step loop): the session's root pass (:meth:`Session.prepare`), the layout's positions
+        (:meth:`Layout.prepare`, once per declaration) and, in canonical mode, the certain run
         from the start, which for a record the declaration fixes is the whole record, and the mask row where that
         run ends (the model's first choice, sampled from the logits of the step that verifies the run: its tokens
         are taken and undone here, so taking them again restores their frames and the row is a cache hit; a
@@ -780,6 +781,7 @@ class Decoder:
         self.session.prepare()
         self.stats.solver_seconds += time.perf_counter() - t
         if len(self._frames) == 1:
+            self.layout.prepare()
             self._build_choice_tables()
             self._root_rows()
             self._build_wide_tables()

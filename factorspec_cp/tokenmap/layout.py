@@ -557,6 +557,11 @@ def open_slot(f: Field | EnumSlot | _RangeSlot, questions: Any) -> tuple[bytes, 
         sub += bytes(nxt)
 
 
+#: How many positions ``(pc, ctr)`` :meth:`Layout.prepare` visits at most (a layout with arrays of no ``maxItems``
+#: has unboundedly many).
+PREPARE_POSITIONS = 1024
+
+
 class _Filter:
     """One call's view of ``admissible``: each pointer asked once, as an :class:`EnumSlot` of domain values, or
     (a wide field's questions) as an :class:`_AskedSlot` kept with the questions object across calls."""
@@ -655,6 +660,7 @@ class Layout:
         self._pointers: dict[tuple[tuple[str | int | None, ...], tuple[int, ...]], str] = {}
         self._filtered: dict[Any, EnumSlot] = {}
         self._asking: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+        self._prepared = False  # (prepare)
         self._start = State(frozenset((core, ()) for core in self._closure(0, ())))
 
     def __repr__(self) -> str:
@@ -879,6 +885,40 @@ class Layout:
                 self._chains.clear()
             hit = self._chains[key] = (data, tuple(starts), tuple(cores))
         return hit
+
+    def prepare(self, limit: int = PREPARE_POSITIONS) -> int:
+        """Compute ahead what the walk of a record keeps per ``(pc, ctr)`` and computes on first use: the closures,
+        the chains of literals (:meth:`_literals`), the bytes that may follow a slot (:meth:`_follow`) and the
+        slots' pointers, for every position a record can reach, breadth first, up to ``limit`` of them (an array
+        with no ``maxItems`` has no last one: past the limit they are computed on first use, as before). A function
+        of the layout alone, done once (a decoder's :meth:`~.decoder.Decoder.prime`, off the step loop): on
+        meeting, each record is the first on its declaration, and these first uses were 5% of its walk's
+        instructions. Returns how many positions were visited."""
+        if self._prepared:
+            return 0
+        self._prepared = True
+        code = self._code
+        seen: set[tuple[int, tuple[int, ...]]] = {(0, ())}
+        todo: list[tuple[int, tuple[int, ...]]] = [(0, ())]
+        k = 0
+        while k < len(todo) and k < limit:
+            pc, ctr = todo[k]
+            k += 1
+            for p, c, _ in self._closure(pc, ctr):
+                ins = code[p]
+                op = ins[0]
+                if op == ACCEPT:
+                    continue
+                if op == LIT:
+                    self._literals(p, c)
+                else:  # a value slot: its pointer, and what may follow its value
+                    self._pointer(ins[1], c)
+                    self._follow(p + 1, c)
+                nxt = (p + 1, c)
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return k
 
     def _pointer(self, segs: tuple[str | int | None, ...], ctr: tuple[int, ...]) -> str:
         key = (segs, ctr)
