@@ -422,13 +422,16 @@ class Session:
         return True
 
     def _keep(self, st: State, path: str, known: Known) -> None:
-        """Keep a complete knowledge of ``path`` for every state with its component's assignment (:meth:`_settle`)."""
-        if self._difference is not None and self._difference.split and known.complete:
+        """Keep a complete knowledge of ``path`` for every state with its component's assignment (:meth:`_settle`),
+        once per knowledge object (the key is a function of ``st`` and ``path``, whose knowledge it is: a narrow
+        field's answers asked again under one assignment looked it up again, 1% of a meeting walk)."""
+        if self._difference is not None and self._difference.split and known.complete and not known.kept:
             if len(self._parts) > 65536:
                 self._parts.clear()
             key = self._difference.part_key(path, st.fixed, st.parts)
             if key not in self._parts:
                 self._parts[key] = bytes(known.status)
+            known.kept = True
 
     def _narrow(self, st: State, path: str, known: Known) -> None:
         """Refute, without a solve, the values of ``path`` that a relation rules out on its own under ``st``'s

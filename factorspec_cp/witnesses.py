@@ -63,7 +63,7 @@ def clip(intervals: Iterable[Interval], size: int) -> list[Interval]:
 class Known:
     """One field's value indices under one assignment: witnessed, refuted or unknown (see the module doc)."""
 
-    __slots__ = ("status", "known", "refuted", "probed", "bounded", "narrowed", "searched", "_mask")
+    __slots__ = ("status", "known", "refuted", "probed", "bounded", "narrowed", "searched", "kept", "_mask")
 
     def __init__(self, size: int, ancestor: Known | None = None):
         if ancestor is None:
@@ -77,6 +77,7 @@ class Known:
         self.bounded = False  # whether the least and greatest admissible values were asked
         self.narrowed = False  # whether the values a relation rules out on its own were refuted (Session._narrow)
         self.searched = False  # whether Session._settle looked (a component's kept knowledge, the search)
+        self.kept = False  # whether Session._keep stored it, complete, for its component's assignment
         self._mask: bytes | None = None
 
     @property

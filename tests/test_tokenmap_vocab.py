@@ -7,10 +7,12 @@ All offline: every vocabulary comes from a PyPI package.
 from __future__ import annotations
 
 import os
+import re
 import time
 import unicodedata
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 import regex
@@ -153,6 +155,30 @@ def test_size_and_specials(name: str) -> None:
 def test_unspellable_byte_is_named() -> None:
     with pytest.raises(VocabularyError, match="0x04"):
         vocab("smollm2").encode("a\x04b")
+
+
+def test_piecewise_encoder_checks_each_new_pretoken() -> None:
+    """A piecewise encoder (bpe.by_piece) checks each pre-token as it keeps it, and that the pre-tokens cover the text,
+    in place of a spelling check of every text: a wrong piece, or a split that skips text, is still refused."""
+    from factorspec_cp.tokenmap.bpe import by_piece
+    tokens = [b"a", b"b", b" ", b"ab", b" b"]
+    enc_ok = {"ab": [3], " b": [4], "a": [0], " ": [2]}
+
+    def build(pieces: Any, table: dict[str, list[int]]) -> Vocabulary:
+        return Vocabulary(tokens, name="toy", special_tokens={}, eos_token_ids=(),
+                          encoder=lambda: by_piece(pieces, lambda p: table[p], lambda t: [0] * len(t)))
+
+    split = re.compile(r" ?[a-z]+| ").findall
+    v = build(split, enc_ok)
+    assert v.encode("ab b") == [3, 4] and v._encoder.check is not None
+    with pytest.raises(VocabularyError, match="cannot encode ' b'"):  # a wrong pre-token: refused when first met
+        build(split, {**enc_ok, " b": [2]}).encode("ab b")
+    with pytest.raises(VocabularyError, match="cannot encode 'ab\u00e9'"):  # not plain text: encode_whole, checked
+        build(split, enc_ok).encode("ab\u00e9")
+    # a split that drops the spaces: the whole is checked
+    skipping = build(re.compile(r"[a-z]+").findall, {**enc_ok, "b": [1]})
+    with pytest.raises(VocabularyError, match="cannot encode 'ab b'"):
+        skipping.encode("ab b")
 
 
 def test_named_specials() -> None:

@@ -75,25 +75,41 @@ def by_piece(pieces: Callable[[str], list[str]], encode_piece: Callable[[str], A
     """An encode function that splits plain text into pre-tokens with ``pieces`` and encodes each distinct one once
     with ``encode_piece`` (kept: ``"person"``, ``" \""`` and ``"\"},"`` recur in every record); text outside
     :data:`_PLAIN_TEXT` goes to ``encode_whole``. BPE merges never cross pre-tokens, so where ``pieces`` is the
-    tokenizer's own split the ids are the tokenizer's."""
+    tokenizer's own split the ids are the tokenizer's.
+
+    ``encode.check``: ``None``, or a function ``(text, ids)`` that raises where ``ids`` do not spell ``text``, which
+    the encoder then calls on each new pre-token as it keeps it and on what ``encode_whole`` returns, and which it
+    makes sure the pre-tokens cover the text: every result is then checked, and its caller need not spell each text
+    back (a :class:`~.vocab.Vocabulary` sets it; a planner's text is new in each record, its pre-tokens are not)."""
     memo: dict[str, tuple[int, ...]] = {}
     plain = _PLAIN_TEXT
 
     def encode(text: str) -> list[int]:
+        check = encode.check  # type: ignore[attr-defined]
         if not text.isascii() or not plain.issuperset(text.encode()):
-            return encode_whole(text)
+            whole = encode_whole(text)
+            if check is not None:
+                check(text, whole)
+            return whole
         out: list[int] = []
+        covered = 0
         for piece in pieces(text):
+            covered += len(piece)
             ids = memo.get(piece)
             if ids is None:
                 ids = tuple(encode_piece(piece))
+                if check is not None:
+                    check(piece, ids)
                 if len(memo) >= PIECES_KEPT:
                     memo.clear()
                 memo[piece] = ids
             out += ids
+        if check is not None and covered != len(text):
+            check(text, out)  # (the split skipped some of the text: the check says what is wrong)
         return out
 
     encode.whole = encode_whole  # type: ignore[attr-defined]  # (what other text goes to: tests look for it)
+    encode.check = None  # type: ignore[attr-defined]
     return encode
 
 

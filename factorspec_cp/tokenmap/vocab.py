@@ -119,20 +119,28 @@ class Vocabulary:
             if self._encoder_factory is None:
                 raise VocabularyError(f"vocabulary {self.name!r} cannot encode: its source has no merges or a "
                                       "pre-tokenizer this library does not know; build it with from_tokenizer")
-            enc = self._encoder = self._encoder_factory()
+            enc = self._encoder_factory()
+            if hasattr(enc, "check"):  # a piecewise encoder checks each new pre-token (bpe.by_piece)
+                enc.check = self._check_spelling
+            self._encoder = enc
         ids: list[int] = enc(text)
-        if self.decode(ids) != text.encode():
-            single = {t[0] for t in self._tokens if t is not None and len(t) == 1}
-            missing = sorted({b for b in text.encode()} - single)
-            why = f"no token spells the byte(s) {', '.join(f'0x{b:02x}' for b in missing)}" if missing else (
-                "its tokens do not spell it back byte for byte")
-            raise VocabularyError(f"{self.name} cannot encode {text[:60]!r}: {why}")
+        if getattr(enc, "check", None) is None:
+            self._check_spelling(text, ids)
         if len(text) <= 256:
             with _ENCODED_LOCK:
                 memo[text] = tuple(ids)
                 while len(memo) > 4096:
                     memo.popitem(last=False)
         return ids
+
+    def _check_spelling(self, text: str, ids: Sequence[int]) -> None:
+        """Raise :class:`VocabularyError` where ``ids`` do not spell ``text`` back byte for byte."""
+        if self.decode(ids) != text.encode():
+            single = {t[0] for t in self._tokens if t is not None and len(t) == 1}
+            missing = sorted({b for b in text.encode()} - single)
+            why = f"no token spells the byte(s) {', '.join(f'0x{b:02x}' for b in missing)}" if missing else (
+                "its tokens do not spell it back byte for byte")
+            raise VocabularyError(f"{self.name} cannot encode {text[:60]!r}: {why}")
 
     def decode(self, ids: Iterable[int]) -> bytes:
         """The bytes of ``ids`` joined; special and unused ids add nothing."""
