@@ -144,6 +144,7 @@ class Session:
         self._repairer = Repairer.of(spec, instances, self._paths, cache=_relations is None)
         self._difference = DifferenceModel.of(spec, instances, cache=_relations is None) if DIFFERENCE else None
         self._parts: dict[tuple[Any, ...], bytes] = {}  # complete knowledge per (field, its component's assignment)
+        self._parts_kept = 1  # the store's generation (Known.kept), one more at each clear
         if _check and not self._state()[0].sat:
             raise spec.unsatisfiable()
 
@@ -422,16 +423,19 @@ class Session:
         return True
 
     def _keep(self, st: State, path: str, known: Known) -> None:
-        """Keep a complete knowledge of ``path`` for every state with its component's assignment (:meth:`_settle`),
-        once per knowledge object (the key is a function of ``st`` and ``path``, whose knowledge it is: a narrow
-        field's answers asked again under one assignment looked it up again, 1% of a meeting walk)."""
-        if self._difference is not None and self._difference.split and known.complete and not known.kept:
+        """Keep a complete knowledge of ``path`` for every state with its component's assignment (:meth:`_settle`).
+        Once per knowledge object and generation of the store (``known`` is ``st``'s knowledge of ``path``, so its key
+        never changes): each answer for a narrow field asked again under one assignment computed the key again, 1% of
+        a meeting walk's instructions."""
+        if self._difference is not None and self._difference.split and known.complete and \
+                known.kept != self._parts_kept:
             if len(self._parts) > 65536:
                 self._parts.clear()
+                self._parts_kept += 1
             key = self._difference.part_key(path, st.fixed, st.parts)
             if key not in self._parts:
                 self._parts[key] = bytes(known.status)
-            known.kept = True
+            known.kept = self._parts_kept
 
     def _narrow(self, st: State, path: str, known: Known) -> None:
         """Refute, without a solve, the values of ``path`` that a relation rules out on its own under ``st``'s

@@ -554,30 +554,41 @@ def _nested_arrays() -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("schema", [_TOOL_CALL, _nested_arrays(), "meeting"])
-def test_prepare_computes_what_first_use_computes(schema: Any) -> None:
-    """``Layout.prepare`` fills the per-position caches ahead; each entry is what a fresh layout computes on first use,
-    every byte walk is unchanged, and the limit bounds the positions (arrays without ``maxItems``)."""
+def test_prepare_covers_what_a_walk_computes(schema: Any) -> None:
+    """``Layout.prepare`` fills the per-position caches ahead: where the layout has finitely many positions, random byte
+    walks (with their ends and value choices) then compute no new entry, and every entry is what a fresh layout
+    computes on first use; where it has unboundedly many (arrays with no ``maxItems``), it stops at the limit."""
+    unbounded = schema is not _TOOL_CALL and schema != "meeting"
     if schema == "meeting":
         schema = meeting.declaration(next(iter(meeting.examples())))
     prepared, fresh = Layout(schema), Layout(schema)
-    visited = prepared.prepare(limit=200)
-    assert 0 < visited <= 200
+    limit = 200 if unbounded else 10**6
+    visited = prepared.prepare(limit=limit)
+    assert visited == limit if unbounded else 0 < visited < limit
     assert prepared.prepare() == 0  # once per layout
-    assert prepared._closures and prepared._chains
+    caches = ("_closures", "_chains", "_follows", "_pointers")
+    before = {name: set(getattr(prepared, name)) for name in caches}
+    assert all(before.values())
     for (pc, ctr), cores in list(prepared._closures.items()):
         assert fresh._closure(pc, ctr) == cores
     for (pc, ctr), chain in list(prepared._chains.items()):
         assert fresh._literals(pc, ctr) == chain
-    for (pc, ctr), follow in list(prepared._follows.items()):
-        assert fresh._follow(pc, ctr) == follow
     rng = random.Random(7)
     for _ in range(30):  # random walks agree byte by byte with the lazy layout
         a, b = prepared.start(), fresh.start()
-        for _ in range(200):
+        for _ in range(400):
             nxt = sorted(prepared.allowed_next_bytes(a))
             assert nxt == sorted(fresh.allowed_next_bytes(b))
+            assert (prepared.finish(a) is None) == (fresh.finish(b) is None)
+            ca, cb = prepared.value_choice(a), fresh.value_choice(b)  # (pointer, bytes before, typed: each layout
+            assert (ca is None) == (cb is None)                       # has its own field and matcher objects)
+            assert ca is None or cb is None or (ca[0], ca[3], ca[4]) == (cb[0], cb[3], cb[4])
             if not nxt:
                 break
             byte = bytes([rng.choice(nxt)])
+            if rng.random() < 0.3 and prepared.forced_bytes(a) is not None:  # a jump over fixed bytes, as a planner
+                assert fresh.forced_bytes(b) is not None
             a, b = prepared.advance(a, byte), fresh.advance(b, byte)
             assert a is not None and b is not None and a.threads == b.threads and a.events == b.events
+    if not unbounded:
+        assert {name: set(getattr(prepared, name)) for name in caches} == before, "a walk computed a new entry"

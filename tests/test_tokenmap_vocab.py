@@ -159,7 +159,8 @@ def test_unspellable_byte_is_named() -> None:
 
 def test_piecewise_encoder_checks_each_new_pretoken() -> None:
     """A piecewise encoder (bpe.by_piece) checks each pre-token as it keeps it, and that the pre-tokens cover the text,
-    in place of a spelling check of every text: a wrong piece, or a split that skips text, is still refused."""
+    in place of a spelling check of every text: a wrong piece, a wrong whole-text encoding, or a split that skips text
+    is still refused, named in the caller's text."""
     from factorspec_cp.tokenmap.bpe import by_piece
     tokens = [b"a", b"b", b" ", b"ab", b" b"]
     enc_ok = {"ab": [3], " b": [4], "a": [0], " ": [2]}
@@ -171,14 +172,26 @@ def test_piecewise_encoder_checks_each_new_pretoken() -> None:
     split = re.compile(r" ?[a-z]+| ").findall
     v = build(split, enc_ok)
     assert v.encode("ab b") == [3, 4] and v._encoder.check is not None
-    with pytest.raises(VocabularyError, match="cannot encode ' b'"):  # a wrong pre-token: refused when first met
-        build(split, {**enc_ok, " b": [2]}).encode("ab b")
-    with pytest.raises(VocabularyError, match="cannot encode 'ab\u00e9'"):  # not plain text: encode_whole, checked
-        build(split, enc_ok).encode("ab\u00e9")
+    with pytest.raises(VocabularyError, match="cannot encode 'ab b': the ids of ' b' do not spell it"):
+        build(split, {**enc_ok, " b": [2]}).encode("ab b")  # a wrong pre-token: refused when first met
+    with pytest.raises(VocabularyError, match="cannot encode 'ab\u00e9': no token spells the byte"):
+        build(split, enc_ok).encode("ab\u00e9")  # not plain text: encode_whole, checked
     # a split that drops the spaces: the whole is checked
     skipping = build(re.compile(r"[a-z]+").findall, {**enc_ok, "b": [1]})
-    with pytest.raises(VocabularyError, match="cannot encode 'ab b'"):
+    with pytest.raises(VocabularyError, match="cannot encode 'ab b': the ids of 'ab b'"):
         skipping.encode("ab b")
+    other = Vocabulary(tokens, name="toy", special_tokens={}, eos_token_ids=(),
+                       encoder=lambda: _Checked())  # an encoder with a `check` of its own, not by_piece's
+    with pytest.raises(VocabularyError, match="cannot encode 'ab b'"):
+        other.encode("ab b")  # the vocabulary still spells every text back
+    assert other._encoder.check == "its own"
+
+
+class _Checked:
+    check = "its own"
+
+    def __call__(self, text: str) -> list[int]:
+        return [0] * len(text)
 
 
 def test_named_specials() -> None:

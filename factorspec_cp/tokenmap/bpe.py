@@ -28,6 +28,9 @@ GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|
 _PLAIN_TEXT = frozenset(range(0x20, 0x7F)) | {0x09, 0x0A}
 #: Pre-tokens kept per piecewise encoder.
 PIECES_KEPT = 1 << 16
+#: The mark of an encoder :func:`by_piece` made (its ``piecewise`` attribute), which checks its results where given a
+#: ``check``.
+PIECEWISE = object()
 
 
 def plain_text_split(pattern: str) -> Callable[[str], list[str]]:
@@ -75,12 +78,15 @@ def by_piece(pieces: Callable[[str], list[str]], encode_piece: Callable[[str], A
     """An encode function that splits plain text into pre-tokens with ``pieces`` and encodes each distinct one once
     with ``encode_piece`` (kept: ``"person"``, ``" \""`` and ``"\"},"`` recur in every record); text outside
     :data:`_PLAIN_TEXT` goes to ``encode_whole``. BPE merges never cross pre-tokens, so where ``pieces`` is the
-    tokenizer's own split the ids are the tokenizer's.
+    tokenizer's own split the ids are the tokenizer's. ``pieces`` must return consecutive pieces of the text, in
+    order (as ``re.findall`` does).
 
-    ``encode.check``: ``None``, or a function ``(text, ids)`` that raises where ``ids`` do not spell ``text``, which
-    the encoder then calls on each new pre-token as it keeps it and on what ``encode_whole`` returns, and which it
-    makes sure the pre-tokens cover the text: every result is then checked, and its caller need not spell each text
-    back (a :class:`~.vocab.Vocabulary` sets it; a planner's text is new in each record, its pre-tokens are not)."""
+    ``encode.check``: ``None``, or a function ``(text, ids)`` that raises where ``ids`` do not spell ``text``. Set
+    before the first call (pre-tokens kept earlier are not checked again), the encoder calls it on each new pre-token
+    as it keeps it and on what ``encode_whole`` returns, and on the whole text where the pre-tokens do not add up to it:
+    every result is then checked, and a caller need not spell each text back. A :class:`~.vocab.Vocabulary` sets it
+    on the encoders marked ``encode.piecewise is PIECEWISE`` (a planner's text is new in each record, its pre-tokens
+    are not)."""
     memo: dict[str, tuple[int, ...]] = {}
     plain = _PLAIN_TEXT
 
@@ -110,6 +116,7 @@ def by_piece(pieces: Callable[[str], list[str]], encode_piece: Callable[[str], A
 
     encode.whole = encode_whole  # type: ignore[attr-defined]  # (what other text goes to: tests look for it)
     encode.check = None  # type: ignore[attr-defined]
+    encode.piecewise = PIECEWISE  # type: ignore[attr-defined]
     return encode
 
 

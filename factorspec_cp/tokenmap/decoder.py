@@ -771,7 +771,7 @@ class Decoder:
     def prime(self) -> Decoder:
         """Do now the work the first token would wait for (a server runs this while the prompt is prefilled, off
         its step loop): the session's root pass (:meth:`Session.prepare`), the layout's positions
-        (:meth:`Layout.prepare`, once per declaration) and, in canonical mode, the certain run
+        (:meth:`Layout.prepare`, once per layout) and, in canonical mode, the certain run
         from the start, which for a record the declaration fixes is the whole record, and the mask row where that
         run ends (the model's first choice, sampled from the logits of the step that verifies the run: its tokens
         are taken and undone here, so taking them again restores their frames and the row is a cache hit; a

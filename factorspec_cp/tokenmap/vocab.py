@@ -22,6 +22,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from .bpe import PIECEWISE
 from .errors import VocabularyError
 from .readers import gguf_parts, read_gguf_tokenizer, tokenizer_parts
 
@@ -29,6 +30,10 @@ __all__ = ["Vocabulary", "VocabularyError"]
 
 _ENCODED_LOCK = threading.Lock()  # the encodings kept per vocabulary (Vocabulary.encode), shared by threads
 
+
+
+class _Unspelled(VocabularyError):
+    """A piecewise encoder's pre-token whose ids do not spell it (raised by the check a vocabulary gives it)."""
 
 class Vocabulary:
     """The bytes of every token id, the special ids, the end-of-sequence ids, and canonical encode/decode.
@@ -120,12 +125,16 @@ class Vocabulary:
                 raise VocabularyError(f"vocabulary {self.name!r} cannot encode: its source has no merges or a "
                                       "pre-tokenizer this library does not know; build it with from_tokenizer")
             enc = self._encoder_factory()
-            if hasattr(enc, "check"):  # a piecewise encoder checks each new pre-token (bpe.by_piece)
-                enc.check = self._check_spelling
+            if getattr(enc, "piecewise", None) is PIECEWISE:  # it checks each new pre-token (bpe.by_piece)
+                enc.check = self._check_piece
             self._encoder = enc
-        ids: list[int] = enc(text)
-        if getattr(enc, "check", None) is None:
-            self._check_spelling(text, ids)
+        try:
+            ids: list[int] = enc(text)
+        except _Unspelled as e:  # (named in the text the caller gave)
+            raise self._spelling_error(text, f"the ids of {e.args[0][:60]!r} do not spell it") from None
+        if getattr(enc, "piecewise", None) is not PIECEWISE or enc.check is None:
+            if self.decode(ids) != text.encode():
+                raise self._spelling_error(text)
         if len(text) <= 256:
             with _ENCODED_LOCK:
                 memo[text] = tuple(ids)
@@ -133,14 +142,17 @@ class Vocabulary:
                     memo.popitem(last=False)
         return ids
 
-    def _check_spelling(self, text: str, ids: Sequence[int]) -> None:
-        """Raise :class:`VocabularyError` where ``ids`` do not spell ``text`` back byte for byte."""
-        if self.decode(ids) != text.encode():
-            single = {t[0] for t in self._tokens if t is not None and len(t) == 1}
-            missing = sorted({b for b in text.encode()} - single)
-            why = f"no token spells the byte(s) {', '.join(f'0x{b:02x}' for b in missing)}" if missing else (
-                "its tokens do not spell it back byte for byte")
-            raise VocabularyError(f"{self.name} cannot encode {text[:60]!r}: {why}")
+    def _check_piece(self, piece: str, ids: Sequence[int]) -> None:
+        """A piecewise encoder's check (``bpe.by_piece``): raise where ``ids`` do not spell ``piece`` back."""
+        if self.decode(ids) != piece.encode():
+            raise _Unspelled(piece)
+
+    def _spelling_error(self, text: str, why: str = "its tokens do not spell it back byte for byte") -> VocabularyError:
+        single = {t[0] for t in self._tokens if t is not None and len(t) == 1}
+        missing = sorted({b for b in text.encode()} - single)
+        if missing:
+            why = f"no token spells the byte(s) {', '.join(f'0x{b:02x}' for b in missing)}"
+        return VocabularyError(f"{self.name} cannot encode {text[:60]!r}: {why}")
 
     def decode(self, ids: Iterable[int]) -> bytes:
         """The bytes of ``ids`` joined; special and unused ids add nothing."""
