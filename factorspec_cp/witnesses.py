@@ -77,7 +77,7 @@ class Known:
         self.bounded = False  # whether the least and greatest admissible values were asked
         self.narrowed = False  # whether the values a relation rules out on its own were refuted (Session._narrow)
         self.searched = False  # whether Session._settle looked (a component's kept knowledge, the search)
-        self.kept = 0  # Session._keep: the generation of its store it went into, complete, plus one (0: none yet)
+        self.kept = 0  # Session._keep: the generation of the store (_parts_kept, from 1) it went into; 0: not yet
         self._mask: bytes | None = None
 
     @property

@@ -31,9 +31,9 @@ __all__ = ["Vocabulary", "VocabularyError"]
 _ENCODED_LOCK = threading.Lock()  # the encodings kept per vocabulary (Vocabulary.encode), shared by threads
 
 
-
 class _Unspelled(VocabularyError):
     """A piecewise encoder's pre-token whose ids do not spell it (raised by the check a vocabulary gives it)."""
+
 
 class Vocabulary:
     """The bytes of every token id, the special ids, the end-of-sequence ids, and canonical encode/decode.
