@@ -145,10 +145,11 @@ def renderings(doc: dict[str, Any], indent: int | None) -> set[bytes]:
 
 # ------------------------------------------------------------------------------------------ independent masks
 class Oracle:
-    def __init__(self, vocab: Vocabulary):
-        self.vocab = vocab
+    def __init__(self, vocab: Vocabulary, name: str):
+        self.vocab, self.name = vocab, name
         self.by_bytes = {t: i for i, t in enumerate(vocab.tokens) if t}
         self.proper_prefixes = {t[:k] for t in vocab.tokens if t for k in range(1, len(t))}
+        self._encoded: dict[bytes, list[int]] = {}
 
     def exact(self, texts: set[bytes], typed: bytes) -> set[int]:
         rem = [s[len(typed):] for s in texts if s.startswith(typed)]
@@ -171,13 +172,53 @@ class Oracle:
         run, at = [], 0
         for t in self.vocab.encode(data.decode()):
             tb = self.vocab.tokens[t]
-            if data[at:at + len(tb)] != tb or (not end and data[at:] in self.proper_prefixes):
+            if data[at:at + len(tb)] != tb:
+                break
+            if not end and data[at:] in self.proper_prefixes and not self.final(rem, data, [*run, t]):
                 break
             run.append(t)
             at += len(tb)
         if end and at == len(data):
             run.append(self.vocab.eos_token_ids[0])
         return run
+
+    def final(self, rem: list[bytes], data: bytes, tokens: list[int]) -> bool:
+        """Where a longer token starts with the bytes left (it could run into what follows), whether a pre-token ends
+        after ``data`` in every continuation from here, split by the tokenizer's own pattern in the ``regex`` engine
+        (the library splits with ``re``), so that BPE keeps ``tokens`` (checked too: every continuation's encoding
+        starts with them). Asked only where the decoder decides it (``Vocabulary.ends_pretoken``): plain ``data``,
+        plain non-space next bytes."""
+        if not all(0x20 <= b < 0x7F for b in data):
+            return False
+        if not all(0x20 < r[len(data)] < 0x7F for r in rem if len(r) > len(data)):
+            return False
+        if not all(len(data) in self.pretoken_ends(r.decode()) for r in rem):
+            return False
+        assert all(self.encoded(r)[:len(tokens)] == tokens for r in rem), (data, tokens)
+        return True
+
+    def pretoken_ends(self, text: str) -> set[int]:
+        """The byte offsets where the tokenizer's pre-tokens of ``text`` end (``regex``, the models' patterns)."""
+        import regex
+
+        from factorspec_cp.tokenmap import bpe
+        if self.name == "smollm2":  # each digit alone, then GPT-2's split (its tokenizer.json's Sequence)
+            parts = [q for k, seg in enumerate(regex.split(r"(\p{N})", text))
+                     for q in ([seg] if k % 2 else regex.findall(bpe.GPT2_PATTERN, seg))]
+        else:
+            parts = regex.findall({"qwen3": bpe.QWEN2_PATTERN, "llama3": bpe.LLAMA3_PATTERN}[self.name], text)
+        ends, at = set(), 0
+        for q in parts:
+            at += len(q.encode())
+            ends.add(at)
+        assert at == len(text.encode())
+        return ends
+
+    def encoded(self, text: bytes) -> list[int]:
+        got = self._encoded.get(text)
+        if got is None:
+            got = self._encoded[text] = self.vocab.encode(text.decode())
+        return got
 
 
 def _lcp(xs: list[bytes]) -> bytes:
@@ -204,7 +245,7 @@ _oracles: dict[str, Oracle] = {}
 
 def oracle(name: str) -> Oracle:
     if name not in _oracles:
-        _oracles[name] = Oracle(VOCABS[name]())
+        _oracles[name] = Oracle(VOCABS[name](), name)
     return _oracles[name]
 
 

@@ -29,7 +29,6 @@ import factorspec_cp as fs
 from factorspec_cp.tokenmap.layout import (
     EnumSlot,
     _AskedSlot,
-    admissible_branches,
     field_matcher,
     open_slot,
     render_value,
@@ -437,27 +436,29 @@ def test_a_token_inside_a_wide_value_steps_as_the_layout_does(smollm2: Any, peop
 
 
 @pytest.mark.parametrize("people", [2, 3])
-def test_a_wide_value_that_branches_plans_nothing_as_the_planner_finds(smollm2: Any, people: int) -> None:
-    """``Decoder._value_branches`` (two admissible values part in the next byte, or the bytes all of them write next
-    could merge with what follows, from the admissible counts) holds only where the planner, asking the layout, plans
-    nothing, at every position of random walks; and it holds at the model's choices inside values, at bytes that
-    would cross (the ``:`` after an hour) and before values (the `` "`` before a time)."""
+def test_a_wide_values_plan_is_the_planners(smollm2: Any, people: int) -> None:
+    """``Decoder._value_plan`` (from the admissible counts: nothing where two admissible values part in the next byte,
+    or where the bytes all of them write next could merge with what follows; those bytes' tokens where a pre-token
+    ends after them) is, wherever it answers, the run the planner finds by asking the layout (``_compute_plan``):
+    the same tokens, each with the same state after it, at every position of the gold walk and of a random walk. It
+    answers at the model's choices inside values (nothing) and at the ``:`` after an hour (its token)."""
+    from factorspec_cp.tokenmap.decoder import _Later
     for dec, tokens in _meeting_walks(smollm2, people, people + 40):
-        held = inside = crossing = before = 0
+        empty = runs = 0
         for t in tokens:
             state = dec._frames[-1].state
-            planned = dec._compute_plan(state)
-            inside += dec._slot_place(state) is not None
-            if dec._value_branches(state):  # (where it does not hold the plan may be empty too)
-                held += 1
-                assert planned == ()
-                place, counts = dec._value_at(state)
-                if place is None:
-                    before += 1
-                elif not admissible_branches(place[1], counts[1], place[2][2]):
-                    crossing += 1
+            got = dec._value_plan(state)
+            if got is not None:
+                planned = dec._compute_plan(state)
+                assert [s.token for s in got] == [s.token for s in planned], (dec.output(), got, planned)
+                for mine, theirs in zip(got, planned):
+                    made = theirs.state.at(theirs.state.k) if type(theirs.state) is _Later else theirs.state
+                    assert mine.state == made and not mine.events and not theirs.events
+                empty += not got
+                runs += bool(got)
+                assert not got or dec._slot_place(state) is not None  # (runs only inside a value)
             dec.consume(t)
-        assert held >= 8 and inside >= held - before and crossing >= 1 and before >= 1, (held, crossing, before)
+        assert empty >= 8 and runs >= 2, (empty, runs)
 
 
 @pytest.mark.pure  # counts the calls of a method (tests/conftest.py)

@@ -86,7 +86,7 @@ def by_piece(pieces: Callable[[str], list[str]], encode_piece: Callable[[str], A
     as it keeps it and on what ``encode_whole`` returns, and on the whole text where the pre-tokens do not add up to it:
     every result is then checked, and a caller need not spell each text back. A :class:`~.vocab.Vocabulary` sets it
     on the encoders marked ``encode.piecewise is PIECEWISE`` (a planner's text is new in each record, its pre-tokens
-    are not)."""
+    are not). ``encode.pieces`` is ``pieces`` (``Vocabulary.ends_pretoken`` splits with it)."""
     memo: dict[str, tuple[int, ...]] = {}
     plain = _PLAIN_TEXT
 
@@ -115,6 +115,7 @@ def by_piece(pieces: Callable[[str], list[str]], encode_piece: Callable[[str], A
         return out
 
     encode.whole = encode_whole  # type: ignore[attr-defined]  # (what other text goes to: tests look for it)
+    encode.pieces = pieces  # type: ignore[attr-defined]  # (the split: Vocabulary.ends_pretoken reads it)
     encode.check = None  # type: ignore[attr-defined]
     encode.piecewise = PIECEWISE  # type: ignore[attr-defined]
     return encode

@@ -74,6 +74,7 @@ from .layout import (
     admissible_branches,
     admissible_common,
     admissible_counts,
+    admissible_ends,
     same_domain,
     span_has,
 )
@@ -139,6 +140,7 @@ class TokenIndex:
         self._next: dict[tuple[int, int, int], frozenset[int]] = {}
         self._fs_tables_key: str | None = None  # (stringtables.vocabulary_key)
         self._crosses: dict[bytes, bool] = {}  # crosses' answers (a run's last bytes recur: `", "end":`, `":`)
+        self.ends: dict[tuple[bytes, int, int], bool] = {}  # (Decoder._ends_pretoken)
         # the ids of the content tokens spelling each byte string
         by_bytes: dict[bytes, tuple[int, ...]] = {t: (i,) for t, i in reversed(pairs)}
         for k in range(1, len(pairs)):  # a spelling of several ids (rare): sorted by (bytes, id), they are neighbours
@@ -678,13 +680,15 @@ class _Later:
 
 class _Step:
     """One planned token: the layout state after it (a :class:`_Later` where made when read; ``None``: EOS) and the
-    field values it completes. Not changed once made (plans are cached). (A plain class: a named tuple's ``__new__``
-    is Python, called once per planned token from the compiled planner.)"""
+    field values it completes; inside a wide value, what its frame keeps (:attr:`_Frame.value`). Not changed once made
+    (plans are cached). (A plain class: a named tuple's ``__new__`` is Python, called once per planned token from the
+    compiled planner.)"""
 
-    __slots__ = ("token", "state", "events")
+    __slots__ = ("token", "state", "events", "value")
 
-    def __init__(self, token: int, state: State | _Later | None, events: tuple[tuple[str, Any], ...] = ()):
-        self.token, self.state, self.events = token, state, events
+    def __init__(self, token: int, state: State | _Later | None, events: tuple[tuple[str, Any], ...] = (),
+                 value: tuple[Any, Any, Any] | None = None):
+        self.token, self.state, self.events, self.value = token, state, events, value
 
 
 class _Frame:
@@ -1208,37 +1212,67 @@ class Decoder:
         return State(frozenset({((pc, ctr, new), pending)})), ((pointer, m, (place[2][0], b"", new), False), counts,
                                                                self._key())
 
-    def _value_branches(self, state: State, kept: Any = None) -> bool:
-        """Whether ``state`` is inside a settled wide field's value (:meth:`_slot_place`) where two admissible values
-        part in the next byte: then nothing is certain, the plan empty, which :meth:`_compute_plan` finds there by
-        asking the layout (``forced_bytes``, ``accepting``, ``branches``: 11 us at each digit of a clock time on
-        meeting/Qwen3). Here: the first and last admissible renderings under the bytes typed, two searches in the
-        admissible counts (:func:`admissible_branches`, as the asked slot does). Also where the planner would plan
-        only bytes whose first token could run into the choice after them (a longer token starts with them:
-        ``TokenIndex.crosses``), inside the value or before it (:meth:`_wide_place`: the fixed bytes up to its slot):
-        30-37 us of layout stepping on meeting/Qwen3 at each `` "`` before a time and each ``:`` after an hour, for an
-        empty plan. ``False`` elsewhere (the planner then decides). ``kept``: the frame's :attr:`_Frame.value`, where
-        it has one."""
+    def _value_plan(self, state: State, kept: Any = None) -> tuple[_Step, ...] | None:
+        """The certain run at ``state`` where it is inside a settled wide field's value (:meth:`_slot_place`) or in
+        the fixed bytes before one, found from the admissible counts instead of the layout's walk (11 us at each
+        digit of a clock time on meeting/Qwen3; a walk to the ``:`` after an hour and the row after it, 45-60 us);
+        ``None`` elsewhere (the planner then decides). Empty where two admissible values part in the next byte (the
+        first and last admissible renderings under the bytes typed: two searches in the counts,
+        :func:`admissible_branches`, as the asked slot does). Inside the value, where every admissible value writes
+        the same bytes next and then two part: those bytes' tokens (the ``:`` after an hour), where a pre-token ends
+        after them before every byte that may follow (:meth:`Vocabulary.ends_pretoken`; the next bytes lie between the
+        first and the last admissible value's); empty where it may not and their first token could run past them (a
+        longer token starts with them: ``TokenIndex.crosses``), as before a value's `` "`` where the same holds.
+        ``kept``: the frame's :attr:`_Frame.value`, where it has one."""
         place, counts = self._value_at(state, kept)
         before = b""
         if place is None:  # before a wide value: in the fixed bytes that lead to its slot (the `` "`` of a time)
             place = self._wide_place(state)
             if place is None or not place[2][1] or not self.session.wide(place[0]):
-                return False
+                return None
             counts, before = self._wide_counts(place[0], place[1]), place[2][1]
         if counts is None:
-            return False
+            return None
         m, sub, counts = place[1], place[2][2], counts[1]
         if not before and admissible_branches(m, counts, sub):
-            return True
-        # the bytes every admissible value writes next, then two part: the planner plans those bytes (and the fixed
-        # ones before the slot) and nothing more, so nothing where their first token could run past them (the
-        # ``:`` after an hour, with ``:3``, ``:30`` in the vocabulary; the `` "`` before a time, with `` "1``)
+            return ()
         common = admissible_common(m, counts, sub)
         if common is None:
-            return False
+            return None
         data = before + common
-        return data.isascii() and admissible_branches(m, counts, sub + common) and self._c.index.crosses(data)
+        if not data or not data.isascii():
+            return None
+        ends = admissible_ends(m, counts, sub + common)  # (not None: ``common`` is admissible values' bytes)
+        (a, z), n = ends if ends is not None else (b"", b""), len(sub) + len(common)
+        if not (len(a) > n and len(z) > n and a[n] != z[n]):
+            return None  # no two values part after them (one is complete there): the planner plans on past the value
+        if not self._ends_pretoken(data, a[n], z[n]):
+            return () if self._c.index.crosses(data) else None
+        if before:
+            return None  # (the planner walks the fixed bytes before the slot)
+        plan: list[_Step] = []
+        st = state
+        for t in self.vocab.encode(data.decode()):
+            tb = self.vocab.tokens[t]
+            after = None if tb is None else self._in_value_at(st, tb)
+            if after is None:
+                return None  # (not met: no value is whole inside those bytes)
+            st = after[0]
+            plan.append(_Step(t, st, (), after[1]))
+        return tuple(plan)
+
+    def _ends_pretoken(self, data: bytes, lo: int, hi: int) -> bool:
+        """:meth:`Vocabulary.ends_pretoken` for ASCII ``data`` and a next byte in ``[lo, hi]``, kept per vocabulary
+        (the same few questions in every record: ``:`` before the minutes, `` "`` before a time)."""
+        memo = self._c.index.ends
+        key = (data, lo, hi)
+        hit = memo.get(key)
+        if hit is None:
+            hit = self.vocab.ends_pretoken(data.decode(), range(lo, hi + 1))
+            if len(memo) > 4096:
+                memo.clear()
+            memo[key] = hit
+        return hit
 
     def _value_at(self, state: State, kept: Any = None) -> tuple[Any, Any]:
         """The slot's place (:meth:`_slot_place`; ``None`` outside a wide value) and its admissible counts
@@ -1538,7 +1572,7 @@ class Decoder:
         """Write the mask row into the caller's ``row`` where ``frame`` is inside a settled wide field's value
         (:meth:`_slot_place`: each digit of a clock time, most of meeting's choices) and no next byte is certain: its
         :class:`WideTable` row in one C call, from the place and admissible counts the consume into the value kept on
-        the frame, the plan set empty (:meth:`_value_branches`). Before, :meth:`_plan` and :meth:`_exact_row` each
+        the frame, the plan set empty (:meth:`_value_plan`). Before, :meth:`_plan` and :meth:`_exact_row` each
         found the slot and the counts, and the row went into a new array and was copied out. Returns ``(written,
         place)``: nothing is written elsewhere, nor, in canonical mode, where a byte is certain (the planner's run
         then; exact mode writes the row there too); ``place`` is the slot's place (``None``: not inside a wide value),
@@ -1581,8 +1615,14 @@ class Decoder:
         frame = self._frames[-1]
         if frame.plan is None:
             t = time.perf_counter()
-            if self._free_choice(frame.state) or WIDE_TABLES and self._value_branches(frame.state, frame.value):
+            free = self._free_choice(frame.state)
+            inside = None if free or not WIDE_TABLES else self._value_plan(frame.state, frame.value)
+            if free:
                 frame.plan = ()  # not kept in the cache: a long string's states would crowd the others out
+            elif inside is not None:  # in or before a wide value (not kept either: met once per record)
+                frame.plan = inside
+                if inside and ROW_AHEAD and self.mode == "canonical":
+                    self._row_after(inside, forced=False)
             else:
                 key = (frame.state, self._key())
                 plan = self._c.plans.get(key)
@@ -1598,20 +1638,22 @@ class Decoder:
             self.stats.plan_seconds += time.perf_counter() - t
         return frame
 
-    def _row_after(self, plan: tuple[_Step, ...]) -> None:
+    def _row_after(self, plan: tuple[_Step, ...], forced: bool = True) -> None:
         """Compute and keep the mask row where ``plan`` ends, the model's next choice: its tokens are taken and
         undone, so taking them again restores their frames and the row is a cache hit then. Run with the plan, before
         the verify step whose logits that choice is sampled from (off the path between the forward pass and the
         sampler; a constraint worker publishes this row with the draft). With no plan: the row here. What was
         taken is undone even where the row fails. With :data:`ROW_AFTER_FORCED`, also the row after the first token
         of the fixed bytes held back at the run's end (:meth:`_forced_token`), except before a settled wide field's
-        value.
+        value, or where ``forced`` is false (a run inside one, :meth:`_value_plan`).
         (Assigning the plan's values for the while instead, without taking its tokens, measured 15% more CPU per token
         on trip with a free note, for no gain on meeting.)"""
         start = len(self._frames)
         try:
             self._take(plan)
             self._exact_row()
+            if not forced:
+                return
             # before a settled wide field's value, the row after the held-back bytes is inside the value, where a
             # fill writes it in one call (_value_fill) or a draft's plan computes it (_plan): not computed ahead here
             place = self._wide_place(self._frames[-1].state)
@@ -1662,7 +1704,7 @@ class Decoder:
                         raise
                 more = i + 1 < len(plan)  # (the run goes on: the next frame holds it, one step on)
                 frames.append(_Frame(step.state, pushed=bool(assigned), plan=plan if more else None, token=token,
-                                     assigned=assigned, at=i + 1 if more else 0))
+                                     assigned=assigned, value=step.value, at=i + 1 if more else 0))
                 taken += 1
         finally:
             self.stats.consume_seconds += time.perf_counter() - t0
@@ -1771,14 +1813,22 @@ class Decoder:
         where = sorted(events)  # the offsets where values complete
         tokens, marks, j, w = self.vocab.tokens, len(mark_at), 0, 0  # (tokens advance: the last mark, event so far)
         longest, size = index.longest, len(data)
+        final = -1  # whether a pre-token ends where the bytes do, whatever follows (Vocabulary.ends_pretoken); -1: not
+        # asked yet
         for t in self.vocab.encode(text):
             tb = tokens[t]
             if tb is None or data[at:at + len(tb)] != tb:
                 break  # the canonical encoding does not spell the bytes token by token: stop here
             # a longer token starting here could run into what follows (none can where the rest is as long as the
-            # longest token with its first byte: crosses' own first test, made here without slicing the rest)
+            # longest token with its first byte: crosses' own first test, made here without slicing the rest), unless
+            # the tokenizer's split ends a pre-token at the run's end before every byte that may follow: merges never
+            # cross it (the `` "`` before a clock time's first digit)
             if not end and size - at < longest[data[at]] and index.crosses(data[at:]):
-                break
+                if final < 0:
+                    final = int(cut == len(forced) and self.vocab.ends_pretoken(
+                        text, layout.some_next_bytes(st, 256, admissible=f)))
+                if not final:
+                    break
             at += len(tb)
             evs: tuple[Any, ...] = ()
             while w < len(where) and where[w] <= at:  # the values completed inside the token
@@ -1841,7 +1891,7 @@ class Decoder:
                     self.session.pop()
                     raise
             self._frames.append(_Frame(step.state, pushed=bool(assigned), plan=rest, token=token,
-                                       assigned=assigned, at=more))
+                                       assigned=assigned, value=step.value, at=more))
             self.stats.consume_seconds += time.perf_counter() - t0
             return
         if token in self._eos and self.vocab.tokens[token] is None:

@@ -28,6 +28,8 @@ from .readers import gguf_parts, read_gguf_tokenizer, tokenizer_parts
 
 __all__ = ["Vocabulary", "VocabularyError"]
 
+_PLAIN = frozenset(range(0x20, 0x7F))  # printable ASCII and the space (ends_pretoken)
+_PLAIN_NONSPACE = _PLAIN - {0x20}
 _ENCODED_LOCK = threading.Lock()  # the encodings kept per vocabulary (Vocabulary.encode), shared by threads
 
 
@@ -68,6 +70,7 @@ class Vocabulary:
         self._encoder_factory = encoder
         self._encoder: Any = None
         self._encoded: OrderedDict[str, tuple[int, ...]] = OrderedDict()  # encode's short texts (fixed syntax recurs)
+        self._ends: dict[tuple[str, frozenset[int]], bool] = {}  # ends_pretoken's answers
         # how to build this vocabulary again in another process (its encoder is a closure): (fn, args, kwargs)
         self._recipe: tuple[Callable[..., Vocabulary], tuple[Any, ...], dict[str, Any]] | None = None
 
@@ -121,13 +124,7 @@ class Vocabulary:
             return list(hit)
         enc = self._encoder
         if enc is None:
-            if self._encoder_factory is None:
-                raise VocabularyError(f"vocabulary {self.name!r} cannot encode: its source has no merges or a "
-                                      "pre-tokenizer this library does not know; build it with from_tokenizer")
-            enc = self._encoder_factory()
-            if getattr(enc, "piecewise", None) is PIECEWISE:  # it checks each new pre-token (bpe.by_piece)
-                enc.check = self._check_piece
-            self._encoder = enc
+            enc = self._load_encoder()
         try:
             ids: list[int] = enc(text)
         except _Unspelled as e:  # (named in the text the caller gave)
@@ -141,6 +138,52 @@ class Vocabulary:
                 while len(memo) > 4096:
                     memo.popitem(last=False)
         return ids
+
+    def _load_encoder(self) -> Any:
+        if self._encoder_factory is None:
+            raise VocabularyError(f"vocabulary {self.name!r} cannot encode: its source has no merges or a "
+                                  "pre-tokenizer this library does not know; build it with from_tokenizer")
+        enc = self._encoder_factory()
+        if getattr(enc, "piecewise", None) is PIECEWISE:  # it checks each new pre-token (bpe.by_piece)
+            enc.check = self._check_piece
+        self._encoder = enc
+        return enc
+
+    def ends_pretoken(self, text: str, follow: Iterable[int]) -> bool:
+        r"""Whether a pre-token of the tokenizer's split ends where ``text`` does, whatever follows it, given that
+        the next byte is one of ``follow``. BPE merges never cross a pre-token, so ``encode(text)`` then starts the
+        encoding of every such continuation: a planner's run may end with a token that a longer token starts with
+        (`` "`` before a clock time's digit) where none can follow.
+
+        Told only for plain text (printable ASCII) and plain, non-space next bytes, by an encoder that splits with
+        its own copy of the tokenizer's split (``bpe.by_piece``: Qwen2/3, Llama 3, SmolLM2); ``False`` elsewhere
+        (where it cannot tell). The test: the split of ``text``'s last pre-token followed by each next byte starts
+        with that pre-token. It holds for the whole text because the splits this applies to decide a match by at
+        most the character after it, except in two places. A run of spaces is scanned to its end, and a non-space
+        next byte ends it as the end of the text does, so the pieces before the last one stay (a ``\s+(?!\S)``
+        that reached the end would have taken the whole run). The contractions (``'ll``) look two characters on,
+        but they start at a quote and a letter after a quote joins it anyway (``[^
+\p{L}\p{N}]?\p{L}+``), so the
+        test fails there. Kept per (last pre-token, next bytes)."""
+        enc = self._encoder if self._encoder is not None else self._load_encoder()
+        pieces = getattr(enc, "pieces", None) if getattr(enc, "piecewise", None) is PIECEWISE else None
+        if pieces is None or not text or not _PLAIN.issuperset(text.encode()):
+            return False
+        follow = frozenset(follow)
+        if not follow or not _PLAIN_NONSPACE.issuperset(follow):
+            return False
+        split = pieces(text)
+        if not split or sum(map(len, split)) != len(text):
+            return False
+        last = split[-1]
+        key = (last, follow)
+        hit = self._ends.get(key)
+        if hit is None:
+            hit = all(pieces(last + chr(b))[0] == last for b in follow)
+            if len(self._ends) > 4096:
+                self._ends.clear()
+            self._ends[key] = hit
+        return hit
 
     def _check_piece(self, piece: str, ids: Sequence[int]) -> None:
         """A piecewise encoder's check (``bpe.by_piece``): raise where ``ids`` do not spell ``piece`` back."""
