@@ -323,6 +323,59 @@ def test_tiktoken_vocabularies_encode_by_pretoken(text: str) -> None:
         assert v._encoder(text) == tiktoken_reference(name)(text) == tokenizers_reference(name)(text), name
 
 
+def _pretoken_ends(name: str, text: str) -> set[int]:
+    """Where the tokenizer's pre-tokens of ``text`` end: its pattern in `regex` (SmolLM2: each digit alone first)."""
+    from factorspec_cp.tokenmap.bpe import GPT2_PATTERN, LLAMA3_PATTERN, QWEN2_PATTERN
+
+    if name == "smollm2":
+        parts = [q for k, seg in enumerate(regex.split(r"(\p{N})", text))
+                 for q in ([seg] if k % 2 else regex.findall(GPT2_PATTERN, seg))]
+    else:
+        parts = regex.findall({"qwen3": QWEN2_PATTERN, "llama3": LLAMA3_PATTERN}[name], text)
+    ends, at = set(), 0
+    for q in parts:
+        at += len(q)
+        ends.add(at)
+    return ends
+
+
+_PRINTABLE = _PLAINISH.filter(lambda s: s.isascii() and s.isprintable())
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_PRINTABLE | st.just("'"), min_size=1, max_size=12).map("".join),
+       st.lists(_PLAINISH | st.sampled_from(["ll", "re", "s", "ve"]), min_size=1, max_size=6)
+       .map("".join).filter(lambda r: 0x20 < ord(r[0]) < 0x7F))
+def test_ends_pretoken_holds_for_every_continuation(text: str, rest: str) -> None:
+    """Where ``Vocabulary.ends_pretoken`` says a pre-token ends after ``text`` when the next byte is ``rest``'s first,
+    the tokenizer's own split of ``text + rest`` (its pattern in `regex`) ends one there, and the encoding of the
+    whole starts with ``text``'s (a planner keeps those tokens)."""
+    for name in NAMES:
+        v = vocab(name)
+        if v.ends_pretoken(text, {ord(rest[0])}):
+            assert len(text) in _pretoken_ends(name, text + rest), (name, text, rest)
+            ids = v.encode(text)
+            assert v.encode(text + rest)[:len(ids)] == ids, (name, text, rest)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_ends_pretoken_cases(name: str) -> None:
+    """The cases a planner meets, and where it cannot tell."""
+    v = vocab(name)
+    digits = range(0x30, 0x3A)
+    assert v.ends_pretoken(' "', digits)  # before a clock time
+    assert v.ends_pretoken("9", [ord(":")]) and v.ends_pretoken('PM", "end": "', digits)
+    assert v.ends_pretoken(":", digits)  # the minutes after an hour
+    assert v.ends_pretoken('"', [ord("R")]) is (name == "smollm2")  # a quote joins the letters after it but in GPT-2's
+    assert not v.ends_pretoken("'", [ord("l")]) and not v.ends_pretoken("x'", [ord("r")])  # ('ll, 're)
+    assert v.ends_pretoken("x '", [ord("r")])  # (the quote ends ` '`: no contraction starts there)
+    assert not v.ends_pretoken("  ", [ord("x")])  # a run of spaces gives its last one to the word after it
+    assert v.ends_pretoken("12", [ord("3")]) is (name != "llama3")  # Llama 3 groups up to three digits
+    assert v.ends_pretoken("123", [ord("4")])
+    assert not v.ends_pretoken(' "', [0x20]) and not v.ends_pretoken(' "', [0xC3])  # (not told: a space, non-ASCII)
+    assert not v.ends_pretoken("é", digits) and not v.ends_pretoken("a\n", digits) and not v.ends_pretoken(' "', [])
+
+
 @cache
 def smollm2_tokenizer_json() -> str:
     """The `tokenizers` BPE the bundled SmolLM2 vocabulary is cached with."""

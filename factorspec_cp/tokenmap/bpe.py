@@ -86,7 +86,9 @@ def by_piece(pieces: Callable[[str], list[str]], encode_piece: Callable[[str], A
     as it keeps it and on what ``encode_whole`` returns, and on the whole text where the pre-tokens do not add up to it:
     every result is then checked, and a caller need not spell each text back. A :class:`~.vocab.Vocabulary` sets it
     on the encoders marked ``encode.piecewise is PIECEWISE`` (a planner's text is new in each record, its pre-tokens
-    are not). ``encode.pieces`` is ``pieces`` (``Vocabulary.ends_pretoken`` splits with it)."""
+    are not). ``encode.pieces`` is ``pieces`` (``Vocabulary.ends_pretoken`` splits with it); ``encode.last``, the last
+    plain text split and its last pre-token (``None`` where the pieces did not cover it), which spares that split
+    again where it asks right after encoding the text (a planner's run)."""
     memo: dict[str, tuple[int, ...]] = {}
     plain = _PLAIN_TEXT
 
@@ -99,6 +101,7 @@ def by_piece(pieces: Callable[[str], list[str]], encode_piece: Callable[[str], A
             return whole
         out: list[int] = []
         covered = 0
+        piece = ""
         for piece in pieces(text):
             covered += len(piece)
             ids = memo.get(piece)
@@ -112,10 +115,12 @@ def by_piece(pieces: Callable[[str], list[str]], encode_piece: Callable[[str], A
             out += ids
         if check is not None and covered != len(text):
             check(text, out)  # (the split skipped some of the text: the check says what is wrong)
+        encode.last = (text, piece if covered == len(text) else None)  # type: ignore[attr-defined]
         return out
 
     encode.whole = encode_whole  # type: ignore[attr-defined]  # (what other text goes to: tests look for it)
     encode.pieces = pieces  # type: ignore[attr-defined]  # (the split: Vocabulary.ends_pretoken reads it)
+    encode.last = ("", None)  # type: ignore[attr-defined]  # the last text split and its last pre-token (the same)
     encode.check = None  # type: ignore[attr-defined]
     encode.piecewise = PIECEWISE  # type: ignore[attr-defined]
     return encode

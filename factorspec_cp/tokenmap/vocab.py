@@ -28,8 +28,7 @@ from .readers import gguf_parts, read_gguf_tokenizer, tokenizer_parts
 
 __all__ = ["Vocabulary", "VocabularyError"]
 
-_PLAIN = frozenset(range(0x20, 0x7F))  # printable ASCII and the space (ends_pretoken)
-_PLAIN_NONSPACE = _PLAIN - {0x20}
+_PLAIN_NONSPACE = frozenset(range(0x21, 0x7F))  # printable ASCII but the space (ends_pretoken's next bytes)
 _ENCODED_LOCK = threading.Lock()  # the encodings kept per vocabulary (Vocabulary.encode), shared by threads
 
 
@@ -161,25 +160,27 @@ class Vocabulary:
         with that pre-token. It holds for the whole text because the splits this applies to decide a match by at
         most the character after it, except in two places. A run of spaces is scanned to its end, and a non-space
         next byte ends it as the end of the text does, so the pieces before the last one stay (a ``\s+(?!\S)``
-        that reached the end would have taken the whole run). The contractions (``'ll``) look two characters on,
-        but they start at a quote and a letter after a quote joins it anyway (``[^
-\p{L}\p{N}]?\p{L}+``), so the
-        test fails there. Kept per (last pre-token, next bytes)."""
+        that reached the end would have taken the whole run). The contractions (``'ll``, ``'re``) look two
+        characters past a quote: a last pre-token that starts with one is not told (GPT-2's split has ``'`` alone
+        before ``l``, and ``'ll`` after it). Kept per (last pre-token, next bytes)."""
         enc = self._encoder if self._encoder is not None else self._load_encoder()
         pieces = getattr(enc, "pieces", None) if getattr(enc, "piecewise", None) is PIECEWISE else None
-        if pieces is None or not text or not _PLAIN.issuperset(text.encode()):
+        if pieces is None or not text or not (text.isascii() and text.isprintable()):
             return False
-        follow = frozenset(follow)
-        if not follow or not _PLAIN_NONSPACE.issuperset(follow):
+        said = enc.last  # (the encoder's last split: a planner asks right after encoding the text)
+        if said[0] == text:
+            last = said[1]
+        else:
+            split = pieces(text)
+            last = split[-1] if split and sum(map(len, split)) == len(text) else None
+        if last is None or last[0] == "'":
             return False
-        split = pieces(text)
-        if not split or sum(map(len, split)) != len(text):
-            return False
-        last = split[-1]
+        follow = follow if isinstance(follow, frozenset) else frozenset(follow)
         key = (last, follow)
         hit = self._ends.get(key)
         if hit is None:
-            hit = all(pieces(last + chr(b))[0] == last for b in follow)
+            hit = bool(follow) and _PLAIN_NONSPACE.issuperset(follow) and \
+                all(pieces(last + chr(b))[0] == last for b in follow)
             if len(self._ends) > 4096:
                 self._ends.clear()
             self._ends[key] = hit
