@@ -374,6 +374,8 @@ def test_ends_pretoken_cases(name: str) -> None:
     assert v.ends_pretoken("123", [ord("4")])
     assert not v.ends_pretoken(' "', [0x20]) and not v.ends_pretoken(' "', [0xC3])  # (not told: a space, non-ASCII)
     assert not v.ends_pretoken("é", digits) and not v.ends_pretoken("a\n", digits) and not v.ends_pretoken(' "', [])
+    bare = Vocabulary(v.tokens, name="bare", special_tokens=v.special_tokens, eos_token_ids=v.eos_token_ids)
+    assert not bare.ends_pretoken(' "', digits)  # (no encoder: not told)
 
 
 @cache

@@ -163,6 +163,8 @@ class Vocabulary:
         that reached the end would have taken the whole run). The contractions (``'ll``, ``'re``) look two
         characters past a quote: a last pre-token that starts with one is not told (GPT-2's split has ``'`` alone
         before ``l``, and ``'ll`` after it). Kept per (last pre-token, next bytes)."""
+        if self._encoder is None and self._encoder_factory is None:
+            return False  # (a vocabulary that cannot encode: its planner stops where it encodes)
         enc = self._encoder if self._encoder is not None else self._load_encoder()
         pieces = getattr(enc, "pieces", None) if getattr(enc, "piecewise", None) is PIECEWISE else None
         if pieces is None or not text or not (text.isascii() and text.isprintable()):
