@@ -77,8 +77,10 @@ static int add_edge(int *D, int n, int u, int v, int w) {
     if (D[u * n + v] <= w) return 1;
     for (int a = 0; a < n; a++) {
         int dau = D[a * n + u];
-        /* row v: base = D[v][u] + w >= 0 here (else the cycle check above failed), so nothing in it shortens */
-        if (dau >= INF || a == v) continue;
+        /* row v: base = D[v][u] + w >= 0 here (else the cycle check above failed), so nothing in it shortens. A row
+           whose way to v the edge does not shorten (D[a][u] + w >= D[a][v]) keeps every entry: a path through the
+           edge to b costs at least D[a][v] + D[v][b] >= D[a][b] (D is closed). */
+        if (dau >= INF || a == v || dau + w >= D[a * n + v]) continue;
         relax(D + a * n, D + v * n, dau + w, n);
     }
     return 1;

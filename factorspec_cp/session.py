@@ -281,12 +281,10 @@ class Session:
         sorted items (:meth:`fixed_key`)."""
         items = list(fixed.items())
         parent = None
+        left = list(key)  # the key less the latest fields, one more dropped per step (each by a bisection: no sort)
         for cut in range(len(items) - 1, -1, -1):
-            if cut == len(items) - 1:  # the latest field dropped: the key less one item (a copy, not a sort)
-                i = bisect_left(key, items[-1])
-                parent = self._states.get(key[:i] + key[i + 1:])
-            else:
-                parent = self._states.get(tuple(sorted(items[:cut])))
+            del left[bisect_left(left, items[cut])]
+            parent = self._states.get(tuple(left))
             if parent is not None:
                 break
         size = -1 if parent is None else len(parent.fixed)
@@ -392,8 +390,10 @@ class Session:
         if dm is None or known.complete or known.searched:
             return known.complete
         known.searched = True  # once per field and state: a miss, or a search past its budget, is not asked again
+        part = None
         if dm.split:  # one component: the key is the state's own, whose knowledge is kept with it
-            hit = self._parts.get(dm.part_key(path, st.fixed, st.parts))
+            part = dm.part_key(path, st.fixed, st.parts)
+            hit = self._parts.get(part)
             if hit is not None:  # the same assignment of its component, elsewhere: the same admissible values
                 known.status[:] = hit
                 known.known, known.refuted = hit.count(1), hit.count(2)
@@ -410,29 +410,23 @@ class Session:
         ivs, nodes, st.rows[root] = res
         self.stats.difference += 1
         self.stats.difference_nodes += nodes
-        gaps, at = [], 0
         for a, b in ivs:
             known.mark(a, b)
-            if a > at:
-                gaps.append((at, a - 1))
-            at = b + 1
-        if at < known.size:
-            gaps.append((at, known.size - 1))
-        known.refute(gaps)
-        self._keep(st, path, known)
+        known.refute(((0, known.size - 1),))  # the rest, the intervals' gaps, in one pass (marked values stay)
+        self._keep(st, path, known, part)
         return True
 
-    def _keep(self, st: State, path: str, known: Known) -> None:
-        """Keep a complete knowledge of ``path`` for every state with its component's assignment (:meth:`_settle`).
-        Once per knowledge object and generation of the store (``known`` is ``st``'s knowledge of ``path``, so its key
-        never changes): each answer for a narrow field asked again under one assignment computed the key again, 1% of
-        a meeting walk's instructions."""
+    def _keep(self, st: State, path: str, known: Known, part: Any = None) -> None:
+        """Keep a complete knowledge of ``path`` for every state with its component's assignment (:meth:`_settle`,
+        which passes the key it looked up, ``part``). Once per knowledge object and generation of the store (``known``
+        is ``st``'s knowledge of ``path``, so its key never changes): each answer for a narrow field asked again under
+        one assignment computed the key again, 1% of a meeting walk's instructions."""
         if self._difference is not None and self._difference.split and known.complete and \
                 known.kept != self._parts_kept:
             if len(self._parts) > 65536:
                 self._parts.clear()
                 self._parts_kept += 1
-            key = self._difference.part_key(path, st.fixed, st.parts)
+            key = part if part is not None else self._difference.part_key(path, st.fixed, st.parts)
             if key not in self._parts:
                 self._parts[key] = bytes(known.status)
             known.kept = self._parts_kept

@@ -9,7 +9,8 @@ primed first, outside the count, then instrumentation is switched on and only th
     python scripts/callgrind_walk.py [--workload meeting] [--records 10] [--vocab qwen3] [--gc] [--out DIR]
 
 Prints the tokens, the instructions and their ratio; the callgrind file stays in ``--out`` for
-``callgrind_annotate --inclusive=yes``.
+``callgrind_annotate --inclusive=yes``. ``CG_EXTRA`` in the environment adds valgrind options (e.g.
+``--separate-callers5=PyObject_Hash``: which compiled functions hash what).
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     flags = Path(tempfile.mkdtemp(prefix="callgrind-flags-"))
     cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-atstart=no",
+           *os.environ.get("CG_EXTRA", "").split(),
            *[f"--toggle-collect={e}" for e in ENTRY_POINTS], f"--callgrind-out-file={out / 'callgrind.out'}",
            sys.executable, __file__, "--workload", args.workload, "--records", str(args.records), "--vocab",
            args.vocab, *(["--gc"] if args.gc else []), "--child", str(flags)]

@@ -51,11 +51,11 @@ from __future__ import annotations
 import gc
 import json
 import threading
-import time
 from bisect import bisect_left
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from dataclasses import field as dc_field
+from time import perf_counter as _clock
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -781,9 +781,9 @@ class Decoder:
         are taken and undone here, so taking them again restores their frames and the row is a cache hit; a
         constraint worker publishes the same row when a request opens); then the young generations' collection
         (:data:`PRIME_COLLECT`). Returns the decoder."""
-        t = time.perf_counter()
+        t = _clock()
         self.session.prepare()
-        self.stats.solver_seconds += time.perf_counter() - t
+        self.stats.solver_seconds += _clock() - t
         if len(self._frames) == 1:
             self.layout.prepare()
             self._build_choice_tables()
@@ -858,7 +858,7 @@ class Decoder:
         def fn(p: str) -> Any:
             if p not in fields:
                 return None
-            t = time.perf_counter()
+            t = _clock()
             try:
                 if not extra:
                     if session.fixed_key() != key:  # a caller kept the filter past an assignment: a bug, not an answer
@@ -873,7 +873,7 @@ class Decoder:
                 finally:
                     session.pop()
             finally:
-                stats.solver_seconds += time.perf_counter() - t
+                stats.solver_seconds += _clock() - t
 
         flt = self.layout.filter(fn)
         if key is not None:
@@ -1373,11 +1373,11 @@ class Decoder:
                 and len(session.admissible(p)) > 1}
         if not todo:
             return 0
-        deadline = time.perf_counter() + seconds
+        deadline = _clock() + seconds
         seen: set[State] = set()
         queue = deque([layout.start()])
         built = 0
-        while queue and len(seen) < PRIME_CHOICES_STATES and time.perf_counter() < deadline:
+        while queue and len(seen) < PRIME_CHOICES_STATES and _clock() < deadline:
             st = queue.popleft()
             if st in seen:
                 continue
@@ -1452,7 +1452,7 @@ class Decoder:
         between them to compute its row ahead (:meth:`_row_after`), then finds it (a row costs 5 us warm, 20-30 us
         on its first build between other work). Returns the rows looked up."""
         session, fields, lock = self.session, self._fields, self._c.index.lock
-        deadline = time.perf_counter() + seconds
+        deadline = _clock() + seconds
         masks: dict[str, bytes | None] = {}
         n = 0
         with lock:
@@ -1460,7 +1460,7 @@ class Decoder:
         for table in tables:
             if table is None or table.pointer not in fields:
                 continue
-            if time.perf_counter() > deadline:
+            if _clock() > deadline:
                 break
             mask = masks.get(table.pointer, _NONE)
             if mask is _NONE:
@@ -1544,7 +1544,7 @@ class Decoder:
     def fill_mask(self, row: np.ndarray) -> None:
         """Write the admitted token ids into ``row``: int32, ``ceil(vocab.size / 32)`` words, bit ``t % 32`` of word
         ``t // 32`` (XGrammar's layout). After termination nothing is admitted."""
-        t = time.perf_counter()
+        t = _clock()
         if row.shape != (self._c.words,) or row.dtype != np.int32:
             raise ValueError(f"a mask row is int32 of shape ({self._c.words},), not {row.dtype} {row.shape}")
         frame = self._frames[-1]
@@ -1553,7 +1553,7 @@ class Decoder:
             written, place = self._value_fill(frame, row)  # (a strided row, a column of a batch: the copy below)
             if written:
                 self.stats.masks += 1
-                self.stats.mask_seconds += time.perf_counter() - t
+                self.stats.mask_seconds += _clock() - t
                 return
         plan: Any = ()
         if self.mode == "canonical" and not frame.terminated:
@@ -1568,7 +1568,7 @@ class Decoder:
         else:
             row[:] = self._exact_row(place)
         self.stats.masks += 1
-        self.stats.mask_seconds += time.perf_counter() - t
+        self.stats.mask_seconds += _clock() - t
 
     def _value_fill(self, frame: _Frame, row: np.ndarray) -> tuple[bool, Any]:
         """Write the mask row into the caller's ``row`` where ``frame`` is inside a settled wide field's value
@@ -1616,7 +1616,7 @@ class Decoder:
         runs that pass), and the fill copies it."""
         frame = self._frames[-1]
         if frame.plan is None:
-            t = time.perf_counter()
+            t = _clock()
             free = self._free_choice(frame.state)
             inside = None if free or not WIDE_TABLES else self._value_plan(frame.state, frame.value)
             if free:
@@ -1637,7 +1637,7 @@ class Decoder:
             if ahead and ROW_AHEAD and not frame.plan and frame.row is None and self.mode == "canonical":
                 # the model chooses here: its row with the (empty) draft (inside a wide value, from the slot found)
                 self._exact_row(self._value_at(frame.state, frame.value)[0] if WIDE_TABLES else None)
-            self.stats.plan_seconds += time.perf_counter() - t
+            self.stats.plan_seconds += _clock() - t
         return frame
 
     def _row_after(self, plan: tuple[_Step, ...], forced: bool = True) -> None:
@@ -1674,7 +1674,7 @@ class Decoder:
         again), in one call: the checks ``consume`` makes per token hold for a plan's steps by construction.
         Returns how many were taken (all; where a step's assignment raises, that step's push is undone and the error
         raised, the steps before it taken, as a loop of ``consume`` would leave them)."""
-        t0 = time.perf_counter()
+        t0 = _clock()
         frames, redo, session, fields = self._frames, self._redo, self.session, self._fields
         if frames[-1].plan is not plan or frames[-1].at:
             raise ValueError("_take takes the current position's own plan")
@@ -1709,7 +1709,7 @@ class Decoder:
                                      assigned=assigned, value=step.value, at=i + 1 if more else 0))
                 taken += 1
         finally:
-            self.stats.consume_seconds += time.perf_counter() - t0
+            self.stats.consume_seconds += _clock() - t0
         return taken
 
     def _forced_token(self) -> int | None:
@@ -1858,7 +1858,7 @@ class Decoder:
     # -- consuming ----------------------------------------------------------------------------------------------
     def consume(self, token: int) -> None:
         """Append ``token``; raises :class:`TokenRejected` (and changes nothing) when the mask does not admit it."""
-        t0 = time.perf_counter()
+        t0 = _clock()
         frame = self._frames[-1]
         if frame.terminated:
             raise TokenRejected("the record is already terminated")
@@ -1872,7 +1872,7 @@ class Decoder:
                     for p, v in again.assigned:
                         self.session.assign(p, v)
                 self._frames.append(again)
-                self.stats.consume_seconds += time.perf_counter() - t0
+                self.stats.consume_seconds += _clock() - t0
                 return
             redo.clear()  # another token: what was undone is gone
         if self.mode == "canonical":
@@ -1896,13 +1896,13 @@ class Decoder:
                     raise
             self._frames.append(_Frame(step.state, pushed=bool(assigned), plan=rest, token=token,
                                        assigned=assigned, value=step.value, at=more))
-            self.stats.consume_seconds += time.perf_counter() - t0
+            self.stats.consume_seconds += _clock() - t0
             return
         if token in self._eos and self.vocab.tokens[token] is None:
             if self.layout.finish(frame.state, admissible=self._admissible()) is None:
                 raise TokenRejected("end of sequence before the record is complete")
             self._frames.append(_Frame(frame.state, pushed=False, plan=(), terminated=True, token=token))
-            self.stats.consume_seconds += time.perf_counter() - t0
+            self.stats.consume_seconds += _clock() - t0
             return
         data = self.vocab.token_bytes(token)
         if data is None:
@@ -1914,14 +1914,14 @@ class Decoder:
             if core is not None:
                 self._frames.append(_Frame(layout.in_string(frame.state, data, core), pushed=False,
                                            plan=rest, token=token, at=more))
-                self.stats.consume_seconds += time.perf_counter() - t0
+                self.stats.consume_seconds += _clock() - t0
                 return
         if WIDE_TABLES:  # inside a settled wide field's value, a token that stays inside it: one span look-up
             inside = self._in_value_at(frame.state, data)
             if inside is not None:
                 self._frames.append(_Frame(inside[0], pushed=False, plan=rest, token=token, value=inside[1],
                                            at=more))
-                self.stats.consume_seconds += time.perf_counter() - t0
+                self.stats.consume_seconds += _clock() - t0
                 return
         pushed = False  # the assignment is saved at the first value the token completes (most complete none)
         st: State | None = frame.state
@@ -1953,7 +1953,7 @@ class Decoder:
             raise
         self._frames.append(_Frame(st, pushed=pushed, plan=rest, at=more, token=token,  # type: ignore[arg-type]
                                    assigned=tuple(done)))
-        self.stats.consume_seconds += time.perf_counter() - t0
+        self.stats.consume_seconds += _clock() - t0
 
     def rollback(self, k: int = 1) -> None:
         """Undo the last ``k`` tokens (any depth within the request). The frames undone are kept: taking the same
