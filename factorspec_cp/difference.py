@@ -91,6 +91,8 @@ class Component:
     root_fits: bool = False  # every completion of the candidate fields within MAX_CANDIDATES: one table, masked
     _candidates: dict[tuple[Any, ...], Any] = field(default_factory=dict)
     _rows_with: dict[tuple[int, int], int] = field(default_factory=dict)  # (column, value) -> its rows (_narrowed)
+    _col_bytes: dict[int, bytes] = field(default_factory=dict)  # column -> the root table's column, a byte per row
+    rel_cols: bytes = b""  # each relation's literals' candidate columns (-1: none), int32 (_narrowed's depths)
     _every: int = -1  # every row of the root table, as _rows_with's integers hold rows (-1: not made yet)
     _depth_of: dict[tuple[bool, ...], bytes] = field(default_factory=dict)  # which columns are free -> depths
     _bases: dict[tuple[Any, ...], bytes] = field(default_factory=dict)  # assigned times -> _base's bytes
@@ -122,6 +124,7 @@ class Component:
         self.bounds_bytes = np.asarray(self.bounds, dtype=np.int32).reshape(-1, 3).tobytes()
         self.at = {p: j for j, p in enumerate(self.candidates)}
         self.lit_candidate = np.asarray([-1] + [self.at[p] for p, _ in self.literals], dtype=np.intp)
+        self.rel_cols = np.ascontiguousarray(self.lit_candidate[self.rel_lits], dtype=np.int32).tobytes()
         self.free_key = (-1,) * len(self.candidates)
         stride = 1
         for p in reversed(self.candidates):  # the first candidate most significant: ids rise with the rows' order
@@ -356,17 +359,24 @@ class DifferenceModel:
         for j, k in enumerate(key):  # the rows agreeing with each assigned column (kept per column and value)
             if k >= 0:
                 agree = rows_with.get((j, k))
-                if agree is None:
-                    agree = rows_with[(j, k)] = int.from_bytes((grid[:, j] == k).view(np.uint8).tobytes(), "little")
+                if agree is None:  # the column as bytes (values below MAX_CANDIDATE_SIZE), once; its rows with k,
+                    col = comp._col_bytes.get(j)  # a translate to 0/1 bytes (three numpy calls took 9 us)
+                    if col is None:
+                        col = comp._col_bytes[j] = np.ascontiguousarray(grid[:, j], dtype=np.uint8).tobytes()
+                    agree = rows_with[(j, k)] = int.from_bytes(col.translate(_one_at(k)), "little")
                 keep &= agree
         free = tuple(k < 0 for k in key)
         depths = comp._depth_of.get(free)
-        if depths is None:
-            col = np.zeros(len(comp.candidates) + 1, dtype=np.int32)  # each candidate's depth: its column + 1, or 0
-            for j, is_free in enumerate(free):
-                if is_free:
-                    col[j] = j + 1
-            depths = comp._depth_of[free] = _depths(comp, col)
+        if depths is None:  # (met once per assignment of the candidates: in C, 1 us where numpy's indexing took 12)
+            if _core is not None and len(comp.relations):
+                depths = _core.depths(comp.rel_cols, comp.rel_lits.shape[1], bytes(free))
+            else:
+                col = np.zeros(len(comp.candidates) + 1, dtype=np.int32)  # each candidate's depth: column + 1, or 0
+                for j, is_free in enumerate(free):
+                    if is_free:
+                        col[j] = j + 1
+                depths = _depths(comp, col)
+            comp._depth_of[free] = depths
         every = comp._every
         if every < 0:
             every = comp._every = int.from_bytes(b"\x01" * len(grid), "little")
@@ -429,6 +439,17 @@ def _carried(table: tuple[Any, ...], live: Rows | None) -> tuple[bytes, bytes]:
     if mask:  # (bytes of 0 and 1: their AND as integers is the AND per row)
         alive = (int.from_bytes(alive, "little") & int.from_bytes(mask, "little")).to_bytes(len(mask), "little")
     return (b"" if b"\x00" not in alive else alive), live.root
+
+
+_ONE_AT: list[bytes] = []
+
+
+def _one_at(k: int) -> bytes:
+    """A ``bytes.translate`` table that maps byte ``k`` to 1 and every other byte to 0."""
+    while len(_ONE_AT) <= k:
+        j = len(_ONE_AT)
+        _ONE_AT.append(bytes(j) + b"\x01" + bytes(255 - j))
+    return _ONE_AT[k]
 
 
 def _depths(comp: Component, col: np.ndarray) -> bytes:

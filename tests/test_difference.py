@@ -205,6 +205,35 @@ def _carried_walk(seed: int, root: bool = True) -> int:
     return skipped
 
 
+def test_depths_in_c_equal_numpy() -> None:
+    """The depths of a narrowed table (``_difference.depths``, from the free flags of the candidate columns) are what
+    ``_depths`` computes with numpy from the columns' depths, for every set of free columns of some components with
+    candidate fields (the walks' declarations: a relation's depth decides which prefix of a row activates it)."""
+    import numpy as np
+
+    seen = 0
+    for seed in range(40):
+        try:
+            doc, _ = _satisfiable_draw(900 + 100 * seed)
+        except pytest.skip.Exception:
+            continue
+        spec = fs.Spec.from_json(doc)
+        for comp in DifferenceModel(spec, spec.active_instances).components.values():
+            c = len(comp.candidates)
+            if not c or not comp.relations:
+                continue
+            for bits in range(1 << min(c, 6)):
+                free = tuple(bool(bits >> j & 1) for j in range(c))
+                col = np.zeros(c + 1, dtype=np.int32)
+                for j, is_free in enumerate(free):
+                    if is_free:
+                        col[j] = j + 1
+                assert difference._core.depths(comp.rel_cols, comp.rel_lits.shape[1], bytes(free)) == \
+                    difference._depths(comp, col), (seed, free)
+                seen += 1
+    assert seen > 20, seen
+
+
 def test_the_core_is_built() -> None:
     """pip builds the extension (setup.py); without it every difference component would go to the solver unseen."""
     assert difference._core is not None
