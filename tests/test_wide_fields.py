@@ -525,3 +525,29 @@ def test_a_strided_mask_row_gets_the_rows_a_contiguous_one_gets(smollm2: Any) ->
             assert np.array_equal(strided, row)
             dec.consume(t)
         assert inside >= 4
+
+
+@pytest.mark.parametrize("people", [2, 3])
+def test_a_row_ahead_written_where_the_model_chooses_equals_the_token_index_walk(smollm2: Any, people: int) -> None:
+    """A wide value's row computed ahead (at a run's end, or where the engine asks for its draft and nothing is
+    certain) is kept unwritten (``_WideRow``) and written by ``fill_mask`` into the caller's row of garbage: it admits
+    exactly what the walk of the token index admits there (``_exact_ids``, no tables), at every choice of a meeting's
+    gold walk in canonical mode, asked as ``bench masks`` and an engine ask (the draft first, then the fill); and
+    ``allowed_tokens``, which reads the row itself, gets the same ids from the kept one."""
+    from factorspec_cp.tokenmap.decoder import _WideRow, mask_to_ids
+    spec, gold = _meeting(people)
+    tokens = smollm2.encode(json.dumps(gold, separators=(", ", ": "), ensure_ascii=False))
+    dec = fs.Spec.from_json(spec.to_json()).decoder(smollm2, mode="canonical").prime()
+    row = np.zeros(dec._c.words, dtype=np.int32)
+    deferred = 0
+    for t in tokens:
+        if not dec.certain_run(1):
+            frame = dec._frames[-1]
+            deferred += frame.row is not None and type(frame.row[1]) is _WideRow
+            row[:] = -1
+            dec.fill_mask(row)
+            want = sorted(dec._exact_ids(frame.state).tolist())
+            assert mask_to_ids(row, smollm2.size).tolist() == want
+            assert dec.allowed_tokens().tolist() == want
+        dec.consume(t)
+    assert deferred >= 2

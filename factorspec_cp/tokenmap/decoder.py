@@ -678,6 +678,27 @@ class _Later:
         self.at, self.k = at, k
 
 
+class _WideRow:
+    """A wide value's mask row not written yet (:meth:`Decoder._wide_row` with ``later``): its table's packed arrays,
+    the admissible counts and the extra tokens (int64 bytes, checked past a value or EOS). A row computed ahead, kept
+    on its frame, is written once, into the caller's row, where the model chooses there (:meth:`Decoder.fill_mask`),
+    instead of into a 19 KB array of its own that the fill then copies: a third of a wide row's time went to that
+    array's allocation and first write. :meth:`write` makes the array where a caller reads the row itself."""
+
+    __slots__ = ("packed", "counts", "extra")
+
+    def __init__(self, packed: np.ndarray, counts: np.ndarray, extra: bytes):
+        self.packed, self.counts, self.extra = packed, counts, extra
+
+    def write(self, out: np.ndarray) -> np.ndarray:
+        """Write the row into ``out`` (uint32 or int32 words, C-contiguous; ``_rows`` built) and return it."""
+        assert _rows is not None  # (made only with the C pass)
+        _rows.wide_fill(out, self.counts, self.packed)
+        if self.extra:
+            _rows.or_bits(out, self.extra)
+        return out
+
+
 class _Step:
     """One planned token: the layout state after it (a :class:`_Later` where made when read; ``None``: EOS) and the
     field values it completes; inside a wide value, what its frame keeps (:attr:`_Frame.value`). Not changed once made
@@ -1015,9 +1036,10 @@ class Decoder:
             st = st2
         return st
 
-    def _exact_row(self, place: Any = _NONE) -> np.ndarray:
+    def _exact_row(self, place: Any = _NONE, later: bool = False) -> Any:
         """The mask row at the current position (kept on its frame). ``place``: :meth:`_slot_place` of its state,
-        where the caller found it."""
+        where the caller found it. With ``later``, a wide value's row may be a :class:`_WideRow`, written where
+        the model chooses (:meth:`fill_mask`); else it is an array (a kept :class:`_WideRow` is written then)."""
         frame = self._frames[-1]
         if frame.terminated:
             return np.zeros(self._c.words, dtype=np.int32)
@@ -1025,16 +1047,20 @@ class Decoder:
         kept = frame.row  # this position's row, computed before (a row ahead, taken again): no key to hash
         if kept is not None and (kept[0] is fixed or kept[0] == fixed):
             self.stats.mask_hits += 1
-            return kept[1]
-        row = self._row_at(frame.state, fixed, place)
+            row = kept[1]
+            if type(row) is _WideRow and not later:
+                row = row.write(np.empty(self._c.words, dtype=np.uint32)).view(np.int32)
+                frame.row = (kept[0], row)
+            return row
+        row = self._row_at(frame.state, fixed, place, later)
         frame.row = (fixed, row)
         return row
 
-    def _row_at(self, state: State, fixed: Any, place: Any = _NONE) -> np.ndarray:
+    def _row_at(self, state: State, fixed: Any, place: Any = _NONE, later: bool = False) -> Any:
         if place is _NONE:
             place = self._slot_place(state) if WIDE_TABLES else None
         if place is not None:  # inside a settled wide field's value (each digit of a clock time): its WideTable
-            row = self._wide_row(state, place=place)
+            row = self._wide_row(state, place=place, later=later)
             if row is not None:  # (not kept in the shared LRU: a state inside a value is met once per record, and
                 return row  # the frame keeps its row for a verify step's redo)
         fs = self.layout.free_string(state)
@@ -1308,10 +1334,11 @@ class Decoder:
         return counts
 
     def _wide_row(self, state: State, place: Any = None, got: Any = None,
-                  out: np.ndarray | None = None) -> np.ndarray | None:
+                  out: np.ndarray | None = None, later: bool = False) -> Any:
         """The mask row at ``state`` from its :class:`WideTable`, where ``state`` is before or inside a wide field
         slot whose admissible values the session has settled; ``None`` elsewhere (the walk of the token index). With
-        ``place`` and ``got`` (:meth:`_wide_counts`), where the caller has them; with ``out``, written there."""
+        ``place`` and ``got`` (:meth:`_wide_counts`), where the caller has them; with ``out``, written there; with
+        ``later`` (and no ``out``), as a :class:`_WideRow` to write where the model chooses."""
         if place is None:
             place = self._wide_place(state)
             if place is None or not self.session.wide(place[0]):
@@ -1328,7 +1355,9 @@ class Decoder:
             table = WideTable.build(index, m, *key[1:])
             with index.lock:
                 _remember(index.wide, key, table, 4096)
-        out = table.row(counts, self._c.words, out)
+        defer = later and out is None and _rows is not None
+        if not defer:
+            out = table.row(counts, self._c.words, out)
         extra: list[int] = []
         f = None
         for j, tid, data in table.checks:  # tokens running past a value: checked under the solver
@@ -1338,6 +1367,9 @@ class Decoder:
                     extra.append(tid)
         if may_finish and self.layout.finish(state, admissible=f or self._admissible()) is not None:
             extra += self._c.eos.tolist()
+        if defer:
+            return _WideRow(table.packed, counts, np.array(extra, dtype=np.int64).tobytes() if extra else b"")
+        assert out is not None
         if extra:  # (one C call: numpy's bitwise_or.at costs 5-10 us on a handful of ids)
             if _rows is not None:
                 _rows.or_bits(out, np.array(extra, dtype=np.int64).tobytes())
@@ -1564,7 +1596,11 @@ class Decoder:
             bit = 1 << (t0 & 31)
             row[t0 >> 5] = bit - (1 << 32) if bit >> 31 else bit  # (as int32)
         elif _rows is not None and row.flags.c_contiguous:  # (checked above: int32, the row's words)
-            _rows.copy_row(row, self._exact_row(place))
+            got = self._exact_row(place, later=True)
+            if type(got) is _WideRow:
+                got.write(row)
+            else:
+                _rows.copy_row(row, got)
         else:
             row[:] = self._exact_row(place)
         self.stats.masks += 1
@@ -1636,7 +1672,7 @@ class Decoder:
                     self._row_after(plan)
             if ahead and ROW_AHEAD and not frame.plan and frame.row is None and self.mode == "canonical":
                 # the model chooses here: its row with the (empty) draft (inside a wide value, from the slot found)
-                self._exact_row(self._value_at(frame.state, frame.value)[0] if WIDE_TABLES else None)
+                self._exact_row(self._value_at(frame.state, frame.value)[0] if WIDE_TABLES else None, later=True)
             self.stats.plan_seconds += _clock() - t
         return frame
 
@@ -1653,7 +1689,7 @@ class Decoder:
         start = len(self._frames)
         try:
             self._take(plan)
-            self._exact_row()
+            self._exact_row(later=True)
             if not forced:
                 return
             # before a settled wide field's value, the row after the held-back bytes is inside the value, where a
@@ -1664,7 +1700,7 @@ class Decoder:
             tid = self._forced_token() if ROW_AFTER_FORCED and not wide else None
             if tid is not None:  # the bytes every record writes next, held back as a token could run past them
                 self.consume(tid)
-                self._exact_row()
+                self._exact_row(later=True)
         finally:
             self.rollback(len(self._frames) - start)
 
