@@ -61,7 +61,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from mypy_extensions import mypyc_attr
 
-from ..schema import jkey
 from .freeslot import StringSlot
 from .layout import (
     FIELD,
@@ -77,6 +76,7 @@ from .layout import (
     admissible_ends,
     same_domain,
     span_has,
+    value_key,
 )
 from .strings import Closing, StringMasks
 from .stringtables import vocabulary_key
@@ -842,7 +842,7 @@ class Decoder:
                 continue
             if not session.wide(p):
                 vals = session.admissible(p) if flt is None else flt.answer(p)
-                if len(vals) == 1 and jkey(vals[0]) == jkey(v):
+                if len(vals) == 1 and value_key(vals[0]) == value_key(v):
                     continue
             else:  # a wide field settled to that one value (a meeting's end time its start and length decide)
                 mask = (session.questions(p) if flt is None else flt.answer(p)).settled()

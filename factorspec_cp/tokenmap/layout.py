@@ -80,9 +80,41 @@ Thread = tuple[Core, tuple[Event, ...]]  # a core and the events it completed th
 LIT, FIELD, FREE, JMP, SPLIT, ASTART, ALOOP, ANEXT, ACCEPT = range(9)
 
 
+_RENDERED: dict[tuple[type, Any], bytes] = {}
+
+
+def value_key(value: Any) -> tuple[str, Any]:
+    """:func:`~factorspec_cp.schema.jkey`, with a string's, a number's, a boolean's and null's made here (compiled:
+    ``jkey`` runs as Python, once per admissible value each time a planner's filter lists a narrow field)."""
+    t = type(value)
+    if t is str:
+        return ("s", value)
+    if t is bool:
+        return ("b", value)
+    if t is int or t is float:
+        return ("n", value)
+    if value is None:
+        return ("z", None)
+    return jkey(value)
+
+
+
 def render_value(value: Any, indent: int | None = None, depth: int = 0) -> bytes:
     """The canonical bytes of one JSON value at nesting ``depth`` of a record rendered with ``indent`` (``None``:
-    compact, ``", "`` and ``": "``). Only an object or array value (of an enum or const) depends on them."""
+    compact, ``", "`` and ``": "``). Only an object or array value (of an enum or const) depends on them. A
+    string's, an integer's and a boolean's are kept (per type and value: ``True`` is not ``1``): a planner's filter
+    lists a narrow field's admissible values as a slot of their own at each new assignment, and ``json.dumps`` runs as
+    Python."""
+    t = type(value)
+    if t is str or t is int or t is bool:
+        key = (t, value)
+        hit = _RENDERED.get(key)
+        if hit is None:
+            hit = json.dumps(value, ensure_ascii=False).encode("utf-8")
+            if len(_RENDERED) > 65536:
+                _RENDERED.clear()
+            _RENDERED[key] = hit
+        return hit
     if indent is None or not isinstance(value, (dict, list)):
         return json.dumps(value, ensure_ascii=False).encode("utf-8")
     text = json.dumps(value, indent=indent, ensure_ascii=False)
@@ -600,13 +632,13 @@ class _Filter:
                 self.memo[key] = asked
             else:
                 vals = list(vals)
-                cache_key = (id(f), tuple(jkey(v) for v in vals))
+                cache_key = (id(f), tuple(value_key(v) for v in vals))
                 slot = self.shared.get(cache_key)
                 if slot is None:
                     seen: set[Any] = set()
                     keep = []
                     for v in vals:
-                        k = jkey(v)
+                        k = value_key(v)
                         if k not in seen and v in f:
                             seen.add(k)
                             keep.append(v)
