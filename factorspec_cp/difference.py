@@ -368,7 +368,7 @@ class DifferenceModel:
         free = tuple(k < 0 for k in key)
         depths = comp._depth_of.get(free)
         if depths is None:  # (met once per assignment of the candidates: in C, 1 us where numpy's indexing took 12)
-            if _core is not None and len(comp.relations):
+            if _core is not None:  # (no relations: rel_lits is 0 x 1, and the depths b"")
                 depths = _core.depths(comp.rel_cols, comp.rel_lits.shape[1], bytes(free))
             else:
                 col = np.zeros(len(comp.candidates) + 1, dtype=np.int32)  # each candidate's depth: column + 1, or 0

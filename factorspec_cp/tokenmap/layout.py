@@ -98,7 +98,6 @@ def value_key(value: Any) -> tuple[str, Any]:
     return jkey(value)
 
 
-
 def render_value(value: Any, indent: int | None = None, depth: int = 0) -> bytes:
     """The canonical bytes of one JSON value at nesting ``depth`` of a record rendered with ``indent`` (``None``:
     compact, ``", "`` and ``": "``). Only an object or array value (of an enum or const) depends on them. A
