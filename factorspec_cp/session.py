@@ -132,7 +132,10 @@ class Session:
         self._explainer: Backend | None = None
         self._assigned: dict[str, Any] = {}
         self._indices: dict[str, int] = {}  # value indices of the assigned fields that relations read
-        self._stack: list[tuple[dict[str, Any], dict[str, int], tuple[tuple[str, int], ...] | None]] = []
+        # what pop() returns to: after a push, how many fields were assigned (assign only adds, so pop drops the
+        # last ones: dicts keep insertion order); after _enter, the dicts it replaced. And the key then.
+        self._stack: list[tuple[int, int, tuple[tuple[str, int], ...] | None, dict[str, Any] | None,
+                                dict[str, int] | None]] = []
         self._fkey: tuple[tuple[str, int], ...] | None = ()  # :meth:`fixed_key`, kept until the assignment changes
         self._states: dict[tuple[tuple[str, int], ...], State] = {}
         self._last: tuple[Any, State] = (None, State({}))  # the last key object _state looked up, and its state
@@ -192,8 +195,10 @@ class Session:
             self._fkey = key
 
     def push(self) -> None:
-        """Save the assignment; :meth:`pop` returns to it."""
-        self._stack.append((dict(self._assigned), dict(self._indices), self._fkey))
+        """Save the assignment; :meth:`pop` returns to it. Kept as the number of fields assigned, not a copy: until
+        that pop, :meth:`assign` only adds fields (a decoder pushes at every token that completes a value, and copies
+        of a record's assignment cost their size each time, and as many objects for the garbage collector)."""
+        self._stack.append((len(self._assigned), len(self._indices), self._fkey, None, None))
 
     def _extended(self, extra: Sequence[tuple[str, Any]]) -> tuple[dict[str, Any], dict[str, int], Any]:
         """The assignment with ``extra`` (path, value) pairs assigned too, as :meth:`_enter` takes it: a decoder asks
@@ -204,20 +209,28 @@ class Session:
             for p, v in extra:
                 self.assign(p, v)
             self.fixed_key()
-            return self._assigned, self._indices, self._fkey
+            return dict(self._assigned), dict(self._indices), self._fkey
         finally:
             self.pop()
 
     def _enter(self, extended: tuple[dict[str, Any], dict[str, int], Any]) -> None:
         """Save the assignment and take ``extended`` (:meth:`_extended`) until :meth:`pop`. For questions only:
         nothing may be assigned or pushed before that pop (the extension's dicts are shared, not copied)."""
-        self._stack.append((self._assigned, self._indices, self._fkey))
-        self._assigned, self._indices, self._fkey = extended
+        self._stack.append((0, 0, self._fkey, self._assigned, self._indices))
+        self._assigned, self._indices, self._fkey = extended[0], extended[1], extended[2]
 
     def pop(self) -> None:
         if not self._stack:
             raise InvalidAssignment("pop() without a matching push()")
-        self._assigned, self._indices, self._fkey = self._stack.pop()
+        n_assigned, n_indices, self._fkey, assigned, indices = self._stack.pop()
+        if assigned is not None and indices is not None:  # (an _enter's)
+            self._assigned, self._indices = assigned, indices
+            return
+        assigned, indices = self._assigned, self._indices
+        while len(assigned) > n_assigned:  # the fields assigned since the push: the last ones inserted
+            assigned.popitem()
+        while len(indices) > n_indices:
+            indices.popitem()
 
     def fixed_key(self) -> tuple[tuple[str, int], ...]:
         """The assigned value indices of the fields relations read, sorted: a key for what the assignment decides
@@ -885,6 +898,8 @@ class FieldQuestions:
     def __init__(self, session: Session, path: str, state: State, unscoped: int | None = None):
         self.session, self.path, self._state, self._unscoped = session, path, state, unscoped
         self.size = session._field(path).size
+        # a layout's slots over these questions (``_AskedSlot``, by the id of the matcher each holds), kept with them
+        self.slots: dict[int, Any] = {}
 
     def among(self, groups: Sequence[Sequence[Interval]]) -> list[bool]:
         """For each group, whether some admissible value's index lies in it."""

@@ -299,3 +299,52 @@ def test_a_certain_value_assigned_keeps_its_state_and_the_answers_stay_exact(see
             certain += 1
     assert [r for r in records if r == fixed] == [fixed]
     assert all(session.admissible(f"/{m}") == [fixed[m]] for m in names)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_nested_push_assign_pop_restore_what_a_stack_of_copies_restores(seed: int) -> None:
+    """``push`` keeps how many fields were assigned, not a copy, and ``pop`` drops the fields assigned since (the
+    last ones inserted): checked against a stack of copies of the assignment, over random nested pushes, assignments
+    and pops, with a filter's extension entered and left (``_extended``/``_enter``) on the way, and the key
+    (``fixed_key``) against the sorted value indices each time."""
+    import random
+
+    rng = random.Random(seed)
+    spec = fs.Spec.from_json(DESIGN_EXAMPLE)
+    s = spec.session()
+    paths = list(spec.fields)
+    ref: dict[str, object] = {}
+    stack: list[dict[str, object]] = []
+
+    def check() -> None:
+        assert s.assignment == ref
+        assert s.fixed_key() == tuple(sorted((p, spec.fields[p].index(v)) for p, v in ref.items()
+                                             if p in s._scope))
+
+    for _ in range(60):
+        op = rng.random()
+        free = [p for p in paths if p not in ref]
+        if op < 0.35 or not stack:
+            s.push()
+            stack.append(dict(ref))
+        elif op < 0.7 and free:
+            p = rng.choice(free)
+            v = rng.choice(list(spec.fields[p].values))
+            s.assign(p, v)
+            ref[p] = v
+        elif op < 0.8 and free:  # a filter's questions under an extension, left as they found the assignment
+            p = rng.choice(free)
+            ext = s._extended([(p, rng.choice(list(spec.fields[p].values)))])
+            key = s.fixed_key()
+            s._enter(ext)
+            assert p in s.assignment and s.fixed_key() is ext[2]
+            s.pop()
+            assert s.fixed_key() is key
+        else:
+            s.pop()
+            ref = stack.pop()
+        check()
+    while stack:
+        s.pop()
+        ref = stack.pop()
+        check()

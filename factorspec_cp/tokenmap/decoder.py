@@ -74,6 +74,7 @@ from .layout import (
     admissible_common,
     admissible_counts,
     admissible_ends,
+    field_index,
     same_domain,
     span_has,
     value_key,
@@ -846,8 +847,10 @@ class Decoder:
                     continue
             else:  # a wide field settled to that one value (a meeting's end time its start and length decide)
                 mask = (session.questions(p) if flt is None else flt.answer(p)).settled()
-                if mask is not None and mask.count(1) == 1 and mask[fields[p].index(v)] == 1:
-                    continue
+                if mask is not None and mask.count(1) == 1:
+                    k = field_index(fields[p], v)
+                    if k >= 0 and mask[k] == 1:
+                        continue
             out.append((p, v))
         return out
 

@@ -56,6 +56,7 @@ from ..schema import (
     jkey,
 )
 from ..schema import escape as escape_token
+from ..session import FieldQuestions
 from .freeslot import NOTHING, IntegerSlot, NumberSlot, StringSlot
 
 try:  # (the decoder takes it from here)
@@ -81,6 +82,22 @@ LIT, FIELD, FREE, JMP, SPLIT, ASTART, ALOOP, ANEXT, ACCEPT = range(9)
 
 
 _RENDERED: dict[tuple[type, Any], bytes] = {}
+
+
+def field_index(f: Field, value: Any) -> int:
+    """``f.index(value)``, or -1 where ``value`` is not in the domain: the look-up in the field's own table by
+    :func:`value_key` where it has one (compiled: ``Field.index`` and ``jkey`` run as Python)."""
+    table = f._index
+    if table is not None:
+        try:
+            k = table.get(value_key(value))
+        except TypeError:  # (not a JSON value, or unhashable: ``Field.index`` says KeyError)
+            return -1
+        return -1 if k is None else k
+    try:
+        return f.index(value)
+    except KeyError:
+        return -1
 
 
 def value_key(value: Any) -> tuple[str, Any]:
@@ -619,7 +636,9 @@ class _Filter:
             if vals is None:
                 self.memo[key] = None
             elif hasattr(vals, "among"):
-                slots = self.asking.get(vals)
+                # the slots asked of these questions, across calls: a session's FieldQuestions keeps them itself (a
+                # WeakKeyDictionary's look-up runs as Python); other questions objects, in the layout's weak map
+                slots = vals.slots if type(vals) is FieldQuestions else self.asking.get(vals)
                 if slots is None:
                     slots = self.asking[vals] = {}
                 asked = slots.get(id(matcher))
@@ -638,7 +657,7 @@ class _Filter:
                     keep = []
                     for v in vals:
                         k = value_key(v)
-                        if k not in seen and v in f:
+                        if k not in seen and field_index(f, v) >= 0:
                             seen.add(k)
                             keep.append(v)
                     slot = EnumSlot(keep)
