@@ -17,7 +17,7 @@ from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 from mypy_extensions import mypyc_attr
@@ -886,7 +886,7 @@ def _shrink(items: list[Any], feasible: Callable[[list[Any]], bool]) -> list[Any
     return keep
 
 
-_NONE: Any = object()
+_NONE: Final[Any] = object()
 
 
 @mypyc_attr(native_class=False)  # (compiled: a Python class, a layout keeps weak references to it)

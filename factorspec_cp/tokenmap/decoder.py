@@ -55,8 +55,8 @@ from bisect import bisect_left
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from dataclasses import field as dc_field
-from time import perf_counter as _clock
-from typing import TYPE_CHECKING, Any
+from time import perf_counter
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 from mypy_extensions import mypyc_attr
@@ -234,15 +234,15 @@ PRIME_CHOICES_STATES = 2048
 #: what :meth:`Decoder.prime` spends at most on the choice rows of the root's admissible sets (seconds)
 PRIME_ROWS_SECONDS = 0.005
 #: a newly planned certain run also computes the mask row where it ends (:meth:`Decoder._row_after`)
-ROW_AHEAD = True
+ROW_AHEAD: Final = True
 #: with the row where a certain run ends, the row after the first token of the fixed bytes that follow (held back
 #: where a longer token could run past them: the `` "`` before a value): the first choice inside the value (not
 #: before a settled wide field's value, a clock time's, whose rows inside come from its WideTable in one call)
-ROW_AFTER_FORCED = True
+ROW_AFTER_FORCED: Final = True
 #: how many of those fixed bytes :meth:`Decoder._forced_token` collects to find their first token
 FORCED_AHEAD_BYTES = 16
 #: masks in a settled wide field slot come from its :class:`WideTable` (else: the walk of the token index)
-WIDE_TABLES = True
+WIDE_TABLES: Final = True
 #: :meth:`Decoder.prime` builds wide tables ahead, once per wide matcher and vocabulary, for domains of at most this
 #: many values (a day of minutes: 900; BFCL's 11,323 dates are left to first use)
 PRIME_WIDE_VALUES = 2048
@@ -254,7 +254,7 @@ PRIME_WIDE_VALUES = 2048
 PRIME_COLLECT = True
 #: the largest domain whose masks come from :class:`WideTable` s (built ahead by prime: a day of minutes, 900; above,
 #: BFCL's dates with thousands of prefixes, the walk of the token index)
-WIDE_TABLE_VALUES = 2048
+WIDE_TABLE_VALUES: Final = 2048
 
 
 @mypyc_attr(native_class=False)  # (compiled: a Python class, see setup.py)
@@ -628,7 +628,9 @@ class _Compiled:
         return masks
 
 
-_NONE: Any = object()
+_NONE: Final[Any] = object()
+#: the clock of the stats (Final: compiled, a C static, not a look-up in the module's globals)
+_clock: Final = perf_counter
 
 
 def _remember(cache: OrderedDict[Any, Any], key: Any, value: Any, limit: int) -> Any:

@@ -38,7 +38,7 @@ from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, Final, Union
 
 import numpy as np
 
@@ -57,7 +57,8 @@ from ..schema import (
 )
 from ..schema import escape as escape_token
 from ..session import FieldQuestions
-from .freeslot import NOTHING, IntegerSlot, NumberSlot, StringSlot
+from .freeslot import NOTHING as _NOTHING_OBJ
+from .freeslot import IntegerSlot, NumberSlot, StringSlot
 
 try:  # (the decoder takes it from here)
     from .. import _rows  # type: ignore[attr-defined]
@@ -81,6 +82,7 @@ Thread = tuple[Core, tuple[Event, ...]]  # a core and the events it completed th
 LIT, FIELD, FREE, JMP, SPLIT, ASTART, ALOOP, ANEXT, ACCEPT = range(9)
 
 
+NOTHING: Final = _NOTHING_OBJ  # (Final: compiled, a C static, not a look-up in the module's globals)
 _RENDERED: dict[tuple[type, Any], bytes] = {}
 
 
@@ -425,7 +427,7 @@ class _AskedSlot:
         return [self.m.domain[k] for k, y in zip(ks, ok) if y]
 
 
-_MISS = object()
+_MISS: Final = object()
 _COUNTS: OrderedDict[tuple[int, bytes], tuple[Any, np.ndarray, bytes]] = OrderedDict()
 
 
