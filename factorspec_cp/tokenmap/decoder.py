@@ -629,6 +629,8 @@ class _Compiled:
 
 
 _NONE: Final[Any] = object()
+#: a :class:`_Later` step's state: made when read (not None, which is EOS's)
+_LAZY: Final[Any] = object()
 #: the clock of the stats (Final: compiled, a C static, not a look-up in the module's globals)
 _clock: Final = perf_counter
 
@@ -668,19 +670,6 @@ class DecoderStats:
         return "DecoderStats(" + ", ".join(f"{k}={v!r}" for k, v in self.to_json().items()) + ")"
 
 
-class _Later:
-    """The layout state a number of bytes into a stretch of fixed bytes, made when first read: ``at(k)``, the
-    function :meth:`Layout.forced_bytes` gives with the stretch. A plan's step holds one where its token ends inside
-    such a stretch; the state is then made only where a frame's state is read (a plan's last step, where the next run
-    is planned; a position a rollback returns to and plans from), not for every token of the run (0.7 us each, with
-    the four objects a collection of the young generation walks while the frame lives)."""
-
-    __slots__ = ("at", "k")
-
-    def __init__(self, at: Any, k: int):
-        self.at, self.k = at, k
-
-
 class _WideRow:
     """A wide value's mask row not written yet (:meth:`Decoder._wide_row` with ``later``): its table's packed arrays,
     the admissible counts and the extra tokens (int64 bytes, checked past a value or EOS). A row computed ahead, kept
@@ -703,16 +692,43 @@ class _WideRow:
 
 
 class _Step:
-    """One planned token: the layout state after it (a :class:`_Later` where made when read; ``None``: EOS) and the
-    field values it completes; inside a wide value, what its frame keeps (:attr:`_Frame.value`). Not changed once made
-    (plans are cached). (A plain class: a named tuple's ``__new__`` is Python, called once per planned token from the
-    compiled planner.)"""
+    """One planned token: the layout state after it (``None``: EOS; :data:`_LAZY` in a :class:`_Later`, which makes
+    it when read) and the field values it completes; inside a wide value, what its frame keeps
+    (:attr:`_Frame.value`). Not changed once made (plans are cached). (A plain class: a named tuple's ``__new__`` is
+    Python, called once per planned token from the compiled planner.)"""
 
     __slots__ = ("token", "state", "events", "value")
 
-    def __init__(self, token: int, state: State | _Later | None, events: tuple[tuple[str, Any], ...] = (),
+    def __init__(self, token: int, state: Any, events: tuple[tuple[str, Any], ...] = (),
                  value: tuple[Any, Any, Any] | None = None):
         self.token, self.state, self.events, self.value = token, state, events, value
+
+    def frame_state(self) -> Any:
+        """What a frame after this step holds as its state: the state, or the step itself where made when read."""
+        return self.state
+
+
+class _Later(_Step):
+    """A planned step whose token ends inside a stretch of fixed bytes: its layout state is ``at(k)``, with the
+    function :meth:`Layout.forced_bytes` gives with the stretch, made when first read. The step is its own frame's
+    state until then (:attr:`_Frame.st`): the state is made only where a frame's state is read (a plan's last step,
+    where the next run is planned; a position a rollback returns to and plans from), not for every token of the run
+    (0.7 us each, with the four objects a collection of the young generation walks while the frame lives), and the
+    step and the maker are one object (they were two: one more per token for the collector to walk)."""
+
+    __slots__ = ("at", "k")
+
+    def __init__(self, token: int, at: Any, k: int, events: tuple[tuple[str, Any], ...] = ()):
+        super().__init__(token, _LAZY, events)
+        self.at, self.k = at, k
+
+    def frame_state(self) -> Any:
+        return self
+
+    def made(self) -> State:
+        """The state after the step, made (each call makes it again)."""
+        return self.at(self.k)  # type: ignore[no-any-return]
+
 
 
 class _Frame:
@@ -1746,8 +1762,8 @@ class Decoder:
                         session.pop()
                         raise
                 more = i + 1 < len(plan)  # (the run goes on: the next frame holds it, one step on)
-                frames.append(_Frame(step.state, pushed=bool(assigned), plan=plan if more else None, token=token,
-                                     assigned=assigned, value=step.value, at=i + 1 if more else 0))
+                frames.append(_Frame(step.frame_state(), pushed=bool(assigned), plan=plan if more else None,
+                                     token=token, assigned=assigned, value=step.value, at=i + 1 if more else 0))
                 taken += 1
         finally:
             self.stats.consume_seconds += _clock() - t0
@@ -1882,7 +1898,7 @@ class Decoder:
             while j + 1 < marks and mark_at[j + 1] <= at:  # the last mark at or before ``at``
                 j += 1
             s = mark_st[j]
-            plan.append(_Step(t, s if type(s) is State else _Later(s, at - mark_at[j]), evs))
+            plan.append(_Step(t, s, evs) if type(s) is State else _Later(t, s, at - mark_at[j], evs))
         if end and at == len(data) and eos:
             plan.append(_Step(eos[0], None))
         return tuple(plan)
@@ -1935,7 +1951,7 @@ class Decoder:
                 except BaseException:
                     self.session.pop()
                     raise
-            self._frames.append(_Frame(step.state, pushed=bool(assigned), plan=rest, token=token,
+            self._frames.append(_Frame(step.frame_state(), pushed=bool(assigned), plan=rest, token=token,
                                        assigned=assigned, value=step.value, at=more))
             self.stats.consume_seconds += _clock() - t0
             return

@@ -670,6 +670,38 @@ class _Filter:
         return self.memo[key]
 
 
+class _LiteralAt:
+    """:meth:`Layout.forced_bytes`' state after ``k`` bytes of a stretch of literals (``starts``: where each literal of
+    the stretch starts in it, ``cores``: its program position; ``sub``: the bytes of the first one already typed). A
+    callable object, not a closure: compiled, a function with a nested one allocates its closure's environment at
+    every call (most of forced_bytes' calls return no stretch, or one its caller steps whole), two objects the
+    garbage collector walks while a plan keeps them."""
+
+    __slots__ = ("starts", "cores", "sub", "pending")
+
+    def __init__(self, starts: tuple[int, ...], cores: tuple[Core, ...], sub: int, pending: tuple[Event, ...]):
+        self.starts, self.cores, self.sub, self.pending = starts, cores, sub, pending
+
+    def __call__(self, k: int) -> State:
+        starts, at = self.starts, self.sub + k
+        j = bisect_right(starts, at) - 1
+        p, c, _ = self.cores[j]
+        return State(frozenset({((p, c, at - starts[j]), self.pending)}))
+
+
+class _ValueAt:
+    """:meth:`Layout.forced_bytes`' state after ``k`` more bytes of a value's rendering (``rest``) in its slot
+    (``pc``, ``ctr``; ``sub`` typed). A callable object, as :class:`_LiteralAt`."""
+
+    __slots__ = ("pc", "ctr", "sub", "rest", "pending")
+
+    def __init__(self, pc: int, ctr: tuple[int, ...], sub: bytes, rest: bytes, pending: tuple[Event, ...]):
+        self.pc, self.ctr, self.sub, self.rest, self.pending = pc, ctr, sub, rest, pending
+
+    def __call__(self, k: int) -> State:
+        return State(frozenset({((self.pc, self.ctr, self.sub + self.rest[:k]), self.pending)}))
+
+
 class Layout:
     """The canonical layout of a declaration's records, as a byte automaton.
 
@@ -1158,12 +1190,7 @@ class Layout:
         ins = self._code[pc]
         if ins[0] == LIT:
             data, starts, cores = self._literals(pc, ctr)
-
-            def at(k: int) -> State:
-                j = bisect_right(starts, sub + k) - 1
-                p, c, _ = cores[j]
-                return State(frozenset({((p, c, sub + k - starts[j]), pending)}))
-            return data[sub:], at
+            return data[sub:], _LiteralAt(starts, cores, sub, pending)
         if ins[0] != FIELD:
             return None
         allowed = self._allowed(ins, ctr, self._flt(admissible))
@@ -1171,7 +1198,7 @@ class Layout:
             rest = allowed.forced(sub)
             if not rest:
                 return None
-            return rest, lambda k: State(frozenset({((pc, ctr, sub + rest[:k]), pending)}))
+            return rest, _ValueAt(pc, ctr, sub, rest, pending)
         if not isinstance(allowed, EnumSlot):
             return None
         lo, hi = allowed._span(sub)
@@ -1180,7 +1207,7 @@ class Layout:
         rest = allowed.renders[lo][len(sub):]
         if not rest:
             return None
-        return rest, lambda k: State(frozenset({((pc, ctr, sub + rest[:k]), pending)}))
+        return rest, _ValueAt(pc, ctr, sub, rest, pending)
 
     def branches(self, state: State, *, admissible: Admissible | _Filter | None = None) -> bool:
         """Whether ``state`` is inside a settled wide field slot (one thread) where two admissible values part in
