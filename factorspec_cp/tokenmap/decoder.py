@@ -1752,7 +1752,7 @@ class Decoder:
                     redo.clear()
                 if step.state is None:  # EOS: left to consume
                     raise ValueError("_take takes the steps before a plan's end of sequence")
-                assigned = tuple((p, v) for p, v in step.events if p in fields) if step.events else ()
+                assigned = _assigned(step.events, fields)
                 if assigned:
                     session.push()
                     try:
@@ -1942,7 +1942,7 @@ class Decoder:
         rest = plan if step is not None and at + 1 < len(plan) else None  # type: ignore[arg-type]
         more = at + 1 if rest is not None else 0
         if step is not None and step.state is not None:  # a planned token: its state is known
-            assigned = tuple((p, v) for p, v in step.events if p in self._fields) if step.events else ()
+            assigned = _assigned(step.events, self._fields)
             if assigned:  # (a token that completes no value leaves the assignment as it is: nothing to save)
                 self.session.push()
                 try:
@@ -2060,6 +2060,17 @@ def _indent(style: str | int | None) -> int | None:
     if isinstance(style, str) and style.startswith("indent=") and style[7:].isdigit():
         return int(style[7:])
     raise ValueError(f"style must be 'compact', an indent N >= 0 or 'indent=N', not {style!r}")
+
+
+def _assigned(events: tuple[tuple[str, Any], ...], fields: Any) -> tuple[tuple[str, Any], ...]:
+    """The events of a planned step that assign fields of the declaration: the step's own tuple where all of them do
+    (the usual case: no new pairs for a frame to keep)."""
+    if not events:
+        return ()
+    for p, _ in events:
+        if p not in fields:
+            return tuple(e for e in events if e[0] in fields)
+    return events
 
 
 def _utf8_prefix(data: bytes) -> tuple[str, int]:
