@@ -144,6 +144,7 @@ class Session:
         self._paths = [p for p in spec.fields if p in self._scope]  # the order of a record's value indices
         self._pos = {p: k for k, p in enumerate(self._paths)}
         self.wide_domain = WIDE_DOMAIN
+        self._wide: dict[str, tuple[int, bool]] = {}  # :meth:`wide`'s answers, with the wide_domain they hold under
         self._repairer = Repairer.of(spec, instances, self._paths, cache=_relations is None)
         self._difference = DifferenceModel.of(spec, instances, cache=_relations is None) if DIFFERENCE else None
         self._parts: dict[tuple[Any, ...], bytes] = {}  # complete knowledge per (field, its component's assignment)
@@ -557,8 +558,14 @@ class Session:
     def wide(self, path: str) -> bool:
         """Whether ``path`` is a field read by relations with more than ``wide_domain`` values: one the decoder asks
         piecewise (:meth:`questions`) rather than as a whole admissible list."""
+        wide_domain = self.wide_domain
+        hit = self._wide.get(path)  # (a decoder asks it of each field at every value it writes: a field's size and
+        if hit is not None and hit[0] == wide_domain:  # the declaration's fields are Python look-ups)
+            return hit[1]
         f = self.spec.fields.get(path)
-        return f is not None and path in self._scope and f.size > self.wide_domain
+        out = f is not None and path in self._scope and f.size > wide_domain
+        self._wide[path] = (wide_domain, out)
+        return out
 
     def questions(self, path: str) -> FieldQuestions:
         """Piecewise questions about ``path`` under the current assignment (kept bound to it: later assignments do
