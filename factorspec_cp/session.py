@@ -896,7 +896,8 @@ def _shrink(items: list[Any], feasible: Callable[[list[Any]], bool]) -> list[Any
 _NONE: Final[Any] = object()
 
 
-@mypyc_attr(native_class=False)  # (compiled: a Python class, a layout keeps weak references to it)
+@mypyc_attr(native_class=False)  # (compiled: a Python class, whose methods bench breakdown wraps; a layout keeps
+# its asked slots in it, :attr:`slots`, and other questions objects' in a weak map)
 class FieldQuestions:
     """Piecewise questions about one field under one assignment (from :meth:`Session.questions`): what a decoder
     asks of a wide field instead of its whole admissible list. Groups are lists of inclusive ``(first, last)``

@@ -730,7 +730,6 @@ class _Later(_Step):
         return self.at(self.k)  # type: ignore[no-any-return]
 
 
-
 class _Frame:
     """One position: the layout state (``st``: a :class:`_Later` from a planned step until read, :attr:`state`),
     whether the session got a push for it (and the field values assigned after it), and the certain run planned:
@@ -759,7 +758,7 @@ class _Frame:
     def state(self) -> State:
         st = self.st
         if type(st) is _Later:
-            st = self.st = st.at(st.k)
+            st = self.st = st.made()
         return st  # type: ignore[return-value]
 
 
