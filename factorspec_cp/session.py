@@ -149,6 +149,10 @@ class Session:
         self._difference = DifferenceModel.of(spec, instances, cache=_relations is None) if DIFFERENCE else None
         self._parts: dict[tuple[Any, ...], bytes] = {}  # complete knowledge per (field, its component's assignment)
         self._parts_kept = 1  # the store's generation (Known.kept), one more at each clear
+        # the fields with one admissible value under the empty assignment, complete (each its value's index): under
+        # any satisfiable assignment the same one value, as every assignment extends the empty one and a record
+        # under it has some value there (a meeting's person and location: asked at every entry a run writes)
+        self._root: dict[str, int] = {}
         if _check and not self._state()[0].sat:
             raise spec.unsatisfiable()
 
@@ -293,26 +297,29 @@ class Session:
         extra fields, and (through ``parent``) every refutation. Any extended assignment is sound: its valid records
         that agree with the extra fields are valid here, and what it refutes is refuted here. ``key``: ``fixed``'s
         sorted items (:meth:`fixed_key`)."""
-        items = list(fixed.items())
+        total = len(fixed)
         parent = None
         left = list(key)  # the key less the latest fields, one more dropped per step (each by a bisection: no sort)
-        for cut in range(len(items) - 1, -1, -1):
-            del left[bisect_left(left, items[cut])]
+        for item in reversed(fixed.items()):  # (the latest first; most finds stop after one or two: no list made)
+            del left[bisect_left(left, item)]
             parent = self._states.get(tuple(left))
             if parent is not None:
                 break
         size = -1 if parent is None else len(parent.fixed)
-        for st in self._recent if size < len(items) - 1 else ():  # (none is larger than one less)
+        for st in self._recent if size < total - 1 else ():  # (none is larger than one less)
             n = len(st.fixed)
-            if size < n < len(items) and st.fixed.items() <= fixed.items():  # (a subset test of items, in C)
+            if size < n < total and st.fixed.items() <= fixed.items():  # (a subset test of items, in C)
                 parent, size = st, n
         if parent is None:
             st = State(dict(fixed))
         else:
-            extra = [(p, k) for p, k in items if p not in parent.fixed]
+            pf = parent.fixed
+            extra = [(p, k) for p, k in fixed.items() if p not in pf]
             # the extra values the parent knows certain (a decoder writes a certain `meet: true` as it goes): every
             # valid record extending the parent has them, so they add nothing
-            certain = [(p, k) for p, k in extra if self._certain(parent, p, k)] if parent.sat else []
+            root = self._root  # (or certain under the empty assignment)
+            certain = [(p, k) for p, k in extra if root.get(p, -1) == k or self._certain(parent, p, k)] \
+                if parent.sat else []
             if certain and len(certain) == len(extra):
                 return parent  # the same valid records: the same answers, its knowledge reused, nothing searched
             rest = [e for e in extra if e not in certain] if certain else extra
@@ -506,6 +513,9 @@ class Session:
             return [self._assigned[path]]
         if path not in self._scope:
             return list(f.values)
+        k = self._root.get(path, -1)
+        if k >= 0:
+            return [f.values[k]]
         known = self._complete(st, path)
         return [f.values[k] for k in known.known_indices()]
 
@@ -529,6 +539,11 @@ class Session:
             return bytes(out)
         if path not in self._scope:
             return b"\x01" * f.size
+        k = self._root.get(path, -1)
+        if k >= 0:
+            out = bytearray(f.size)
+            out[k] = 1
+            return bytes(out)
         return self._complete(st, path).mask()
 
     def _complete(self, st: State, path: str) -> Known:
@@ -553,6 +568,8 @@ class Session:
             self._repair(st, path, self._add(st, w))
         if not self._backend.timed_out:
             self._keep(st, path, known)
+            if not st.fixed and known.complete and known.known == 1:
+                self._root[path] = known.status.index(1)
         return known
 
     def wide(self, path: str) -> bool:

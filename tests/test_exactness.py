@@ -437,8 +437,6 @@ def check_session(spec: fs.Spec, bf: Any, backend: str, assignment: dict[str, An
                   extra: tuple[str, Any]) -> None:
     s = spec.session(backend)
     assert s.backend == backend
-    for p, v in assignment.items():
-        s.assign(p, v)
 
     def expect(asg: dict[str, Any]) -> dict[str, list[Any]]:
         return {p: bf.admissible(p, asg) for p in bf.paths}
@@ -456,6 +454,11 @@ def check_session(spec: fs.Spec, bf: Any, backend: str, assignment: dict[str, An
         assert set(certain) == set(want_certain) and all(jeq(certain[p], want_certain[p]) for p in certain), \
             f"{backend} {what}: certain() = {certain}, brute force {want_certain}"
 
+    # first under the empty assignment: a field with one value there answers every later question with it where
+    # the assignment is satisfiable (Session._root), and with nothing where it is not
+    compare_all({}, "under the empty assignment")
+    for p, v in assignment.items():
+        s.assign(p, v)
     compare_all(assignment, f"under {assignment}")
     s.push()
     path, value = extra
