@@ -29,6 +29,7 @@ from .readers import gguf_parts, read_gguf_tokenizer, tokenizer_parts
 __all__ = ["Vocabulary", "VocabularyError"]
 
 _PLAIN_NONSPACE = frozenset(range(0x21, 0x7F))  # printable ASCII but the space (ends_pretoken's next bytes)
+_UNSPLIT = object()  # (ends_pretoken: a text not split yet)
 _ENCODED_LOCK = threading.Lock()  # the encodings kept per vocabulary (Vocabulary.encode), shared by threads
 
 
@@ -70,6 +71,7 @@ class Vocabulary:
         self._encoder: Any = None
         self._encoded: OrderedDict[str, tuple[int, ...]] = OrderedDict()  # encode's short texts (fixed syntax recurs)
         self._ends: dict[tuple[str, frozenset[int]], bool] = {}  # ends_pretoken's answers
+        self._last_piece: dict[str, str | None] = {}  # ends_pretoken's last pre-token of a text
         # how to build this vocabulary again in another process (its encoder is a closure): (fn, args, kwargs)
         self._recipe: tuple[Callable[..., Vocabulary], tuple[Any, ...], dict[str, Any]] | None = None
 
@@ -172,9 +174,14 @@ class Vocabulary:
         said = enc.last  # (the encoder's last split: a planner asks right after encoding the text)
         if said[0] == text:
             last = said[1]
-        else:
-            split = pieces(text)
-            last = split[-1] if split and sum(map(len, split)) == len(text) else None
+        else:  # (the text's encoding was a memo hit, which does not split it: its last pre-token kept per text)
+            last = self._last_piece.get(text, _UNSPLIT)
+            if last is _UNSPLIT:
+                split = pieces(text)
+                last = split[-1] if split and sum(map(len, split)) == len(text) else None
+                if len(self._last_piece) > 4096:
+                    self._last_piece.clear()
+                self._last_piece[text] = last
         if last is None or last[0] == "'":
             return False
         follow = follow if isinstance(follow, frozenset) else frozenset(follow)
