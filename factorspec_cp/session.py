@@ -431,9 +431,7 @@ class Session:
         ivs, nodes, st.rows[root] = res
         self.stats.difference += 1
         self.stats.difference_nodes += nodes
-        for a, b in ivs:
-            known.mark(a, b)
-        known.refute(((0, known.size - 1),))  # the rest, the intervals' gaps, in one pass (marked values stay)
+        known.exactly(ivs)  # (what it knew agrees: a witnessed value lies in them, a refuted one outside)
         self._keep(st, path, known, part)
         return True
 

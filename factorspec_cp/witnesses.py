@@ -103,6 +103,19 @@ class Known:
             st[a:b + 1] = seg.translate(_WITNESS)
             self.known += n
 
+    def exactly(self, intervals: Iterable[Interval]) -> None:
+        """An exact answer (a difference component's search): the indices in ``intervals`` are witnessed, every other
+        one refuted. What was known agrees with it (a witnessed index lies in them, a refuted one outside), so the
+        status is written anew: one pass, where marking each interval and refuting the gaps took three."""
+        size = len(self.status)
+        out = bytearray(b"\x02") * size
+        n = 0
+        for a, b in intervals:
+            out[a:b + 1] = b"\x01" * (b - a + 1)
+            n += b - a + 1
+        self.status[:] = out
+        self.known, self.refuted = n, size - n
+
     def refute(self, intervals: Iterable[Interval]) -> None:
         """A solve proved that no valid record takes these indices (those witnessed stay witnessed)."""
         st = self.status

@@ -132,3 +132,34 @@ def test_convex_shift_examples() -> None:
     assert not convex_shift(rels[0], {"/on"}, f, {})  # the condition moves
     assert not convex_shift(rels[1], {"/x"}, f, {})  # != leaves a hole
     assert convex_shift(rels[2], {"/x"}, f, {}) and not convex_shift(rels[3], {"/x"}, f, {})
+
+
+def test_known_exactly_equals_marking_the_intervals_and_refuting_the_rest() -> None:
+    """``Known.exactly`` (a settled field's status written anew from an exact search) against the three passes it
+    replaced, on random knowledge that agrees with the answer: witnessed values inside it, refuted ones outside."""
+    rnd = random.Random(7)
+    for _ in range(300):
+        size = rnd.randint(1, 60)
+        admissible = sorted(rnd.sample(range(size), rnd.randint(0, size)))
+        ivs: list[tuple[int, int]] = []
+        for k in admissible:  # (sorted, disjoint intervals, as the search gives)
+            if ivs and ivs[-1][1] == k - 1:
+                ivs[-1] = (ivs[-1][0], k)
+            else:
+                ivs.append((k, k))
+        before = Known(size)
+        for k in range(size):  # what was known before the search: some admissible values witnessed, some others refuted
+            if k in admissible and rnd.random() < 0.3:
+                before.mark(k, k)
+            elif k not in admissible and rnd.random() < 0.3:
+                before.refute([(k, k)])
+        old, new = Known(size), Known(size)
+        for k in (old, new):
+            k.status[:] = before.status
+            k.known, k.refuted = before.known, before.refuted
+        for a, b in ivs:
+            old.mark(a, b)
+        old.refute([(0, size - 1)])
+        new.exactly(ivs)
+        assert (new.status, new.known, new.refuted, new.complete) == (old.status, old.known, old.refuted, True)
+        assert new.known_indices() == admissible
