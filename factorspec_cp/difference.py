@@ -31,7 +31,7 @@ assignment the other components have their records whatever this one takes.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -186,7 +186,7 @@ class DifferenceModel:
         root = self.part.get(path)
         return None if root is None or _core is None else self.components.get(root)
 
-    def part_key(self, path: str, fixed: Mapping[str, int], memo: dict[Any, tuple[Any, ...]] | None = None
+    def part_key(self, path: str, fixed: dict[str, int], memo: dict[Any, tuple[Any, ...]] | None = None
                  ) -> tuple[Any, ...]:
         """The assigned fields of ``path``'s component (any component, not only difference ones), sorted: under two
         satisfiable assignments with the same key, ``path`` has the same admissible values (no relation crosses
@@ -203,7 +203,7 @@ class DifferenceModel:
         return (path, own)
 
     # -- questions ---------------------------------------------------------------------------------------------------
-    def admissible(self, path: str, fixed: Mapping[str, int], live: Rows | None = None
+    def admissible(self, path: str, fixed: dict[str, int], live: Rows | None = None
                    ) -> tuple[list[Interval], int, Rows] | None:
         """The admissible value indices of ``path`` (in a difference component, not assigned) under ``fixed``, given
         that ``fixed`` is satisfiable, as intervals; with the search nodes spent, and the candidates not refuted
@@ -233,7 +233,7 @@ class DifferenceModel:
         ok = res[0]
         return [(k, k) for k in range(len(ok)) if ok[k]], nodes, Rows(cand, out[0], out[1])
 
-    def satisfiable(self, path: str, fixed: Mapping[str, int], live: Rows | None = None
+    def satisfiable(self, path: str, fixed: dict[str, int], live: Rows | None = None
                     ) -> tuple[bool, Rows] | None:
         """Whether the assigned fields of ``path``'s difference component extend to a record of it (the other
         components aside), by the search, with the candidates not refuted (``live``: as for :meth:`admissible`);
@@ -253,10 +253,10 @@ class DifferenceModel:
             return None
         return None if res is None else (res[0] == b"\x01", Rows(cand, out[0], out[1]))
 
-    def _base(self, comp: Component, fixed: Mapping[str, int]) -> bytes:
+    def _base(self, comp: Component, fixed: dict[str, int]) -> bytes:
         """The bound edges, and two edges per assigned time field (``k <= x <= k``), as int32 triples (kept per
         assignment of the times: a record's questions ask each one several times)."""
-        key = tuple(map(fixed.get, comp.times))
+        key = tuple([fixed.get(t) for t in comp.times])  # (a dict's get, compiled: map's calls were generic)
         hit = comp._bases.get(key)
         if hit is None:
             parts, pinned = [comp.bounds_bytes], comp._pinned
@@ -274,7 +274,7 @@ class DifferenceModel:
             comp._bases[key] = hit
         return hit
 
-    def _candidates(self, comp: Component, fixed: Mapping[str, int]) -> tuple[Any, ...] | None:
+    def _candidates(self, comp: Component, fixed: dict[str, int]) -> tuple[Any, ...] | None:
         """The completions of the free candidate fields that the side relations allow (rows of value indices, in
         lexicographic order), the relations each activates (one byte per relation per row), the fields of the
         columns, the rows as bytes, each relation's depth (one past the last column of a free field its condition
@@ -283,7 +283,7 @@ class DifferenceModel:
         completion fits (``Component.root_fits``), one table with every candidate free serves each assignment,
         masked to the rows that agree with it (:meth:`_narrowed`); elsewhere the table has the free fields' columns
         only."""
-        key = tuple(map(fixed.get, comp.candidates, comp.free_key))
+        key = tuple([fixed.get(p, d) for p, d in zip(comp.candidates, comp.free_key)])
         hit = comp._candidates.get(key)
         if hit is not None:
             return hit
