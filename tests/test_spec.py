@@ -301,6 +301,30 @@ def test_a_certain_value_assigned_keeps_its_state_and_the_answers_stay_exact(see
     assert all(session.admissible(f"/{m}") == [fixed[m]] for m in names)
 
 
+def test_a_value_certain_under_the_empty_assignment_decides_nothing_when_assigned() -> None:
+    """A field whose one admissible value is known under the empty assignment (a meeting's pinned person) leaves the
+    session's key, and so its states, as they were when assigned that value; any other value of its domain is still an
+    assignment (nothing is admissible then), and pop returns to the key before either."""
+    spec = fs.Spec({"type": "object", "required": ["a", "b", "c"], "properties": {
+        "a": {"enum": ["x", "y"]}, "b": {"type": "integer", "minimum": 0, "maximum": 3},
+        "c": {"type": "integer", "minimum": 0, "maximum": 3}}},
+        [fs.Table(["/a"], [["x"]]), fs.Linear([[1, "/b"], [1, "/c"]], "==", 3)])
+    s = spec.session()
+    assert s.admissible("/a") == ["x"]  # (asked under the empty assignment: known there)
+    s.assign("/b", 1)
+    key = s.fixed_key()
+    s.push()
+    s.assign("/a", "x")
+    assert s.fixed_key() is key and s.assignment == {"/b": 1, "/a": "x"}
+    assert s.admissible("/c") == [2] and s.admissible("/a") == ["x"] and s.certain() == {"/a": "x", "/b": 1, "/c": 2}
+    s.pop()
+    s.push()
+    s.assign("/a", "y")  # outside the one value: an assignment like any other, and nothing is admissible
+    assert s.fixed_key() != key and s.admissible("/c") == [] and not s.is_satisfiable()
+    s.pop()
+    assert s.fixed_key() is key and s.assignment == {"/b": 1} and s.admissible("/c") == [2]
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_nested_push_assign_pop_restore_what_a_stack_of_copies_restores(seed: int) -> None:
     """``push`` keeps how many fields were assigned, not a copy, and ``pop`` drops the fields assigned since (the
