@@ -353,6 +353,33 @@ def test_rollback_then_another_token_equals_a_decoder_that_never_rolled_back(mod
         assert dec.record() == json.loads(dec.output())
 
 
+@pytest.mark.parametrize("vocab_name", sorted(VOCABS))
+def test_token_index_span_agrees_with_a_scan_of_the_sorted_tokens(vocab_name: str) -> None:
+    """``TokenIndex.span`` (its bisections start inside the range of the prefix's first two bytes) against a linear
+    scan for the tokens starting with each prefix: every byte and pair of bytes, random prefixes of tokens and tokens
+    with a byte more, and the 0xFF cases where the prefix has no successor of its length."""
+    from bisect import bisect_left
+
+    from factorspec_cp.tokenmap.decoder import TokenIndex
+    idx = TokenIndex.of(VOCABS[vocab_name]())
+    toks = idx.toks
+
+    def scan(p: bytes) -> tuple[int, int]:
+        a = bisect_left(toks, p)
+        b = a
+        while b < len(toks) and toks[b].startswith(p):
+            b += 1
+        return a, b
+
+    rng = random.Random(7)
+    probes = [bytes((a,)) for a in range(256)] + [bytes((a, b)) for a in range(256) for b in (0, 32, 97, 255)]
+    probes += [t[:rng.randint(1, len(t))] for t in rng.sample(toks, 2000)]
+    probes += [t + bytes((rng.randrange(256),)) for t in rng.sample(toks, 2000)]
+    probes += [b"\xff", b"\xff\xff", b"\xff\xff\xff", b"a\xff", b"a\xff\xff", b" \xff"]
+    assert [p for p in probes if idx.span(p) != scan(p)] == []
+    assert idx.span(b" the", 5, 50) == (max(5, min(50, scan(b" the")[0])), max(5, min(50, scan(b" the")[1])))
+
+
 @pytest.mark.pure  # counts the calls of a method (tests/conftest.py)
 @pytest.mark.parametrize("vocab_name", ["qwen3", "llama3"])
 def test_prime_builds_the_choice_tables_a_walk_needs(vocab_name: str, monkeypatch: pytest.MonkeyPatch) -> None:

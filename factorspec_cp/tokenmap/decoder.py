@@ -122,6 +122,15 @@ def _pack(ids: np.ndarray, size: int) -> np.ndarray:
 _LayoutTables = tuple["OrderedDict[State, Any]", "OrderedDict[State, Any]", set[str]]
 
 
+#: the first two bytes of a token as one key, in byte order: ``257 * b0 + b1 + 1``, and ``257 * b0`` for a one-byte
+#: token (which sorts before every longer token starting with its byte)
+_PAIRS: Final = 257 * 256
+
+
+def _pair(t: bytes) -> int:
+    return 257 * t[0] + (t[1] + 1 if len(t) > 1 else 0)
+
+
 class TokenIndex:
     """A vocabulary's content tokens sorted by bytes: the tokens sharing a prefix are one range ``[lo, hi)``.
 
@@ -138,6 +147,18 @@ class TokenIndex:
         for t in self.toks:
             if len(t) > self.longest[t[0]]:
                 self.longest[t[0]] = len(t)
+        # where the tokens of each first two bytes start (:meth:`span`'s bisections begin inside that range, not over
+        # the whole vocabulary): ``_starts[_pair(t)]``, the first token whose pair sorts at or after ``t``'s
+        starts = [0] * (_PAIRS + 1)
+        j = 0
+        for i, t in enumerate(self.toks):
+            key = _pair(t)
+            while j <= key:
+                starts[j] = i
+                j += 1
+        for k in range(j, _PAIRS + 1):
+            starts[k] = len(self.toks)
+        self._starts = starts
         self._next: dict[tuple[int, int, int], frozenset[int]] = {}
         self._fs_tables_key: str | None = None  # (stringtables.vocabulary_key)
         self._crosses: dict[bytes, bool] = {}  # crosses' answers (a run's last bytes recur: `", "end":`, `":`)
@@ -179,7 +200,12 @@ class TokenIndex:
 
     def span(self, prefix: bytes, lo: int = 0, hi: int | None = None) -> tuple[int, int]:
         """The range of tokens starting with ``prefix`` (within ``[lo, hi)``)."""
-        hi = len(self.toks) if hi is None else hi
+        if hi is None:
+            if prefix and not lo:  # the range of its first two bytes (or first byte) holds both ends: bisect there
+                key = _pair(prefix)
+                lo, hi = self._starts[key], self._starts[key + 1 if len(prefix) > 1 else key + 257]
+            else:
+                hi = len(self.toks)
         a = bisect_left(self.toks, prefix, lo, hi)
         n = len(prefix)
         # the tokens starting with prefix are those >= prefix and < prefix with its last byte incremented
