@@ -405,6 +405,22 @@ def test_admissible_restricts_field_values() -> None:
     assert s is not None and lay.candidates(s, admissible=lambda p: ["Oslo", "Rome", 5]) == ["Rome"]
 
 
+def test_filtered_slots_are_shared_only_between_equal_values_of_equal_types() -> None:
+    """A filter's slot of admissible values is shared by every layout with the same values of the same types, in
+    the same order; ``True`` and ``1``, ``1`` and ``1.0``, and values in another order each get their own slot, and
+    each renders its own values (``json.dumps``). Floats and containers are never shared."""
+    from factorspec_cp.tokenmap.layout import filtered_slot, render_value
+
+    a = filtered_slot(["Rome", "Oslo"])
+    assert filtered_slot(["Rome", "Oslo"]) is a and filtered_slot(["Oslo", "Rome"]) is not a
+    one, true, one_f = filtered_slot([1]), filtered_slot([True]), filtered_slot([1.0])
+    assert len({id(one), id(true), id(one_f)}) == 3 and filtered_slot([1]) is one and filtered_slot([1.0]) is not one_f
+    assert filtered_slot([{"a": 1}]) is not filtered_slot([{"a": 1}])
+    for slot in (a, one, true, one_f, filtered_slot([None, "x", 7])):
+        assert slot.renders == sorted(json.dumps(v).encode() for v in slot.domain)
+        assert [render_value(v) for v in slot.domain] == [json.dumps(v).encode() for v in slot.domain]
+
+
 @pytest.mark.parametrize("name", ["calendar0", "trip1"])
 def test_walk_driven_by_a_session_satisfies_the_relations(name: str) -> None:
     """The decoder's loop in miniature: admissible from the session, completed values assigned to it."""

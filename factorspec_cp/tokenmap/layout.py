@@ -428,7 +428,7 @@ class _AskedSlot:
 
 
 _MISS: Final = object()
-_COUNTS: OrderedDict[tuple[int, bytes], tuple[Any, np.ndarray, bytes]] = OrderedDict()
+_COUNTS: OrderedDict[tuple[int, bytes], tuple[Any, tuple[np.ndarray, bytes]]] = OrderedDict()
 
 
 def _counts_view(counts: bytes, lo: int, hi: int, name: str) -> memoryview:
@@ -508,19 +508,19 @@ def admissible_counts(m: EnumSlot, mask: bytes) -> tuple[np.ndarray, bytes]:
             if order64 is None:
                 order64 = m._order_i64 = np.asarray(m.order, dtype=np.int64).tobytes()
             raw = _rows.admissible_counts(mask, order64)
-            hit = (m, np.frombuffer(raw, dtype=np.int64), raw)
+            hit = (m, (np.frombuffer(raw, dtype=np.int64), raw))
         else:
             order = m._order_intp
             if order is None:
                 order = m._order_intp = np.asarray(m.order, dtype=np.intp)
             arr = np.zeros(len(order) + 1, dtype=np.int64)
             np.cumsum(np.frombuffer(mask, dtype=np.uint8)[order], out=arr[1:])
-            hit = (m, arr, arr.tobytes())
+            hit = (m, (arr, arr.tobytes()))
         with _MATCHERS_LOCK:
             _COUNTS[key] = hit
             while len(_COUNTS) > 256:
                 _COUNTS.popitem(last=False)
-    return hit[1], hit[2]
+    return hit[1]  # (the pair kept: the callers keep it too, one object for the collector, not one per call)
 
 
 _SAME: OrderedDict[tuple[int, int], tuple[Any, Any, bool]] = OrderedDict()
@@ -612,6 +612,32 @@ def open_slot(f: Field | EnumSlot | _RangeSlot, questions: Any) -> tuple[bytes, 
 PREPARE_POSITIONS = 1024
 
 
+#: the slots of filtered domains, per their values (each with its type: ``True`` is not ``1``, ``1`` is not ``1.0``),
+#: shared by every layout: a planner's filter lists a narrow field's admissible values at each new assignment, mostly
+#: one value, the same names and booleans in every record
+_FILTERED: OrderedDict[tuple[Any, ...], EnumSlot] = OrderedDict()
+FILTERED_KEPT = 4096
+_SHARED_TYPES: Final = (str, bool, int, type(None))
+
+
+def filtered_slot(values: list[Any]) -> EnumSlot:
+    """An :class:`EnumSlot` of ``values`` (compact rendering, top level). Where every value is a string, a boolean,
+    an integer or null, the slot is shared with every other slot of the same values of the same types (a slot is
+    read-only but for its caches of answers, which hold for any slot of those values); else made anew."""
+    for v in values:
+        if type(v) not in _SHARED_TYPES:
+            return EnumSlot(values)
+    key = tuple([(type(v), v) for v in values])
+    hit = _FILTERED.get(key)
+    if hit is None:
+        hit = EnumSlot(values)
+        with _MATCHERS_LOCK:
+            _FILTERED[key] = hit
+            while len(_FILTERED) > FILTERED_KEPT:
+                _FILTERED.popitem(last=False)
+    return hit
+
+
 class _Filter:
     """One call's view of ``admissible``: each pointer asked once, as an :class:`EnumSlot` of domain values, or
     (a wide field's questions) as an :class:`_AskedSlot` kept with the questions object across calls."""
@@ -652,7 +678,7 @@ class _Filter:
                 self.memo[key] = asked
             else:
                 vals = list(vals)
-                cache_key = (id(f), tuple(value_key(v) for v in vals))
+                cache_key = (id(f), tuple([value_key(v) for v in vals]))
                 slot = self.shared.get(cache_key)
                 if slot is None:
                     seen: set[Any] = set()
@@ -662,7 +688,7 @@ class _Filter:
                         if k not in seen and field_index(f, v) >= 0:
                             seen.add(k)
                             keep.append(v)
-                    slot = EnumSlot(keep)
+                    slot = filtered_slot(keep)
                     if len(self.shared) > 4096:
                         self.shared.clear()
                     self.shared[cache_key] = slot
