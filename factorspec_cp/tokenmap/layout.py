@@ -678,6 +678,26 @@ class _Filter:
                 self.memo[key] = asked
             else:
                 vals = list(vals)
+                plain = True
+                for v in vals:
+                    if type(v) not in _SHARED_TYPES:
+                        plain = False
+                        break
+                if plain:  # strings, booleans, integers, null: the domain's own, each once, to the shared slot; no
+                    # key kept per call (each key was three tuples more per ask for the collector, and the slot is
+                    # found in the shared table anyway)
+                    if len(vals) == 1:
+                        keep = vals if field_index(f, vals[0]) >= 0 else []
+                    else:
+                        seen_plain: set[tuple[Any, Any]] = set()
+                        keep = []
+                        for v in vals:
+                            kp = (type(v), v)
+                            if kp not in seen_plain and field_index(f, v) >= 0:
+                                seen_plain.add(kp)
+                                keep.append(v)
+                    self.memo[key] = filtered_slot(keep)
+                    return self.memo[key]
                 cache_key = (id(f), tuple([value_key(v) for v in vals]))
                 slot = self.shared.get(cache_key)
                 if slot is None:
