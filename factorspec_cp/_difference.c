@@ -72,11 +72,10 @@ static inline void relax(int *restrict row, const int *restrict vrow, int base, 
     }
 }
 
-/* add_edge is most of a search's time, and relax most of that: built twice on x86-64 Linux (GCC or Clang), for AVX2
-   (eight lanes and a signed min) and for the baseline (SSE2: four lanes, the min emulated), the loader choosing one
-   for the machine (an ifunc). Elsewhere, the baseline build only. */
-#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__)) && \
-    !defined(FACTORSPEC_NO_CLONES)
+/* add_edge is most of a search's time, and relax most of that: built twice on x86-64 with glibc (GCC or Clang), for
+   AVX2 (eight lanes and a signed min) and for the baseline (SSE2: four lanes, the min emulated), the loader choosing
+   one for the machine (an ifunc, which glibc provides: not musl). Elsewhere, the baseline build only. */
+#if defined(__x86_64__) && defined(__GLIBC__) && (defined(__GNUC__) || defined(__clang__))
 #define CLONED __attribute__((target_clones("avx2", "default")))
 #else
 #define CLONED

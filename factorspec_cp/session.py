@@ -192,11 +192,10 @@ class Session:
             return
         self._assigned[path] = value
         if path in self._scope:
-            key = self._fkey
             if self._root.get(path, -1) == k:  # the one value it has under the empty assignment (:attr:`_root`):
                 return  # it decides nothing, so the key, the states and their knowledge stay (a meeting's person)
             self._indices[path] = k
-            # the sorted key with one more item: a copy in C, not a sort (a decoder asks it per token)
+            key = self._fkey  # the sorted key with one more item: a copy in C, not a sort (a decoder asks it per token)
             if key is not None:
                 i = bisect_left(key, (path, k))
                 key = key[:i] + ((path, k),) + key[i:]

@@ -620,13 +620,34 @@ FILTERED_KEPT = 4096
 _SHARED_TYPES: Final = (str, bool, int, type(None))
 
 
+def _plain(values: list[Any]) -> bool:
+    """Whether every value is a string, a boolean, an integer or null (what :func:`filtered_slot` shares)."""
+    for v in values:
+        if type(v) not in _SHARED_TYPES:
+            return False
+    return True
+
+
+def _in_domain(f: Field, values: list[Any]) -> list[Any]:
+    """``values`` that are in ``f``'s domain, each once (by :func:`value_key`), in their order."""
+    if len(values) == 1:
+        return values if field_index(f, values[0]) >= 0 else []
+    seen: set[Any] = set()
+    keep = []
+    for v in values:
+        k = value_key(v)
+        if k not in seen and field_index(f, v) >= 0:
+            seen.add(k)
+            keep.append(v)
+    return keep
+
+
 def filtered_slot(values: list[Any]) -> EnumSlot:
     """An :class:`EnumSlot` of ``values`` (compact rendering, top level). Where every value is a string, a boolean,
     an integer or null, the slot is shared with every other slot of the same values of the same types (a slot is
     read-only but for its caches of answers, which hold for any slot of those values); else made anew."""
-    for v in values:
-        if type(v) not in _SHARED_TYPES:
-            return EnumSlot(values)
+    if not _plain(values):
+        return EnumSlot(values)
     key = tuple([(type(v), v) for v in values])
     hit = _FILTERED.get(key)
     if hit is None:
@@ -678,40 +699,18 @@ class _Filter:
                 self.memo[key] = asked
             else:
                 vals = list(vals)
-                plain = True
-                for v in vals:
-                    if type(v) not in _SHARED_TYPES:
-                        plain = False
-                        break
-                if plain:  # strings, booleans, integers, null: the domain's own, each once, to the shared slot; no
-                    # key kept per call (each key was three tuples more per ask for the collector, and the slot is
-                    # found in the shared table anyway)
-                    if len(vals) == 1:
-                        keep = vals if field_index(f, vals[0]) >= 0 else []
-                    else:
-                        seen_plain: set[tuple[Any, Any]] = set()
-                        keep = []
-                        for v in vals:
-                            kp = (type(v), v)
-                            if kp not in seen_plain and field_index(f, v) >= 0:
-                                seen_plain.add(kp)
-                                keep.append(v)
-                    self.memo[key] = filtered_slot(keep)
-                    return self.memo[key]
-                cache_key = (id(f), tuple([value_key(v) for v in vals]))
-                slot = self.shared.get(cache_key)
-                if slot is None:
-                    seen: set[Any] = set()
-                    keep = []
-                    for v in vals:
-                        k = value_key(v)
-                        if k not in seen and field_index(f, v) >= 0:
-                            seen.add(k)
-                            keep.append(v)
-                    slot = filtered_slot(keep)
-                    if len(self.shared) > 4096:
-                        self.shared.clear()
-                    self.shared[cache_key] = slot
+                if _plain(vals):  # strings, booleans, integers, null: straight to the shared slot table, no key kept
+                    # per ask here (three tuples more per ask for the collector; the slot is shared anyway)
+                    slot = filtered_slot(_in_domain(f, vals))
+                else:
+                    cache_key = (id(f), tuple([value_key(v) for v in vals]))
+                    kept = self.shared.get(cache_key)
+                    if kept is None:
+                        kept = filtered_slot(_in_domain(f, vals))
+                        if len(self.shared) > 4096:
+                            self.shared.clear()
+                        self.shared[cache_key] = kept
+                    slot = kept
                 self.memo[key] = slot
         return self.memo[key]
 
