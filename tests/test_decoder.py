@@ -423,6 +423,37 @@ def test_prime_builds_the_choice_tables_a_walk_needs(vocab_name: str, monkeypatc
         assert calendar.check(probs[k], dec.record()) == []
 
 
+@pytest.mark.parametrize("vocab_name", ["smollm2", "qwen3", "llama3"])
+def test_prime_encodes_the_string_values_a_planner_spells(vocab_name: str) -> None:
+    """``prime`` encodes the string values of the declaration's narrow fields, once per compiled declaration: the
+    pre-tokens of names the tokenizer has never met are in its encoder's memo after ``prime`` (not before), so a
+    certain run that spells them finds them there; the walk still writes the record."""
+    import inspect
+    import string
+    vocab = VOCABS[vocab_name]()
+    vocab.encode("{}")
+    encoder = vocab._encoder
+    memo = inspect.getclosurevars(encoder).nonlocals["memo"]  # (bpe.by_piece's pre-tokens kept)
+    rng = random.Random(f"{vocab_name}-{len(memo)}")
+    words = ["".join(rng.choice(string.ascii_lowercase) for _ in range(11)).title() for _ in range(6)]
+    names = [words[0], words[1] + " " + words[2], words[3], words[4] + " " + words[5]]
+    new = [p for n in names for p in encoder.pieces(n)]
+    assert len(new) == 6 and not any(p in memo for p in new)
+    spec = fs.Spec({"type": "object", "required": ["who", "where"],
+                    "properties": {"who": {"enum": names[:2]}, "where": {"enum": names[2:]}}},
+                   relations=[fs.Table(["/who", "/where"], [[names[0], names[2]], [names[1], names[3]]])])
+    dec = spec.decoder(vocab)
+    assert not any(p in memo for p in new)
+    dec.prime()
+    assert all(p in memo for p in new)
+    gold = {"who": names[1], "where": names[3]}  # (the where is certain once the who is written)
+    for tok in vocab.encode(json.dumps(gold)):
+        run = dec.certain_run(64)
+        assert not run or run[0] == tok
+        dec.consume(tok)
+    assert dec.output() == json.dumps(gold).encode() and dec.record() == gold
+
+
 @pytest.mark.parametrize("wide", [False, True])
 def test_nothing_the_declaration_keeps_holds_a_dropped_decoder_or_its_session(wide: bool) -> None:
     """Dropped, a decoder is freed at once and its session by the cycle collector (a session and the questions it

@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 from mypy_extensions import mypyc_attr
 
+from .errors import VocabularyError
 from .freeslot import StringSlot
 from .layout import (
     FIELD,
@@ -278,6 +279,10 @@ PRIME_WIDE_VALUES = 2048
 #: collection 0.3 ms p50, and the walk 0.5-1.4 us per token cheaper, measured in stop 39's notes); the oldest
 #: generation is left alone (a full collection took about 70 ms per set-up on the masks bench's heap)
 PRIME_COLLECT = True
+#: :meth:`Decoder.prime` encodes, once per compiled declaration, the string values of the fields with at most this
+#: many values (a meeting's people and places: their pre-tokens are in the planner's text, new to the tokenizer's memo
+#: the first time; BFCL's 11,323 dates, and any field above it, are left alone)
+PRIME_TEXT_VALUES = 256
 #: the largest domain whose masks come from :class:`WideTable` s (built ahead by prime: a day of minutes, 900; above,
 #: BFCL's dates with thousands of prefixes, the walk of the token index)
 WIDE_TABLE_VALUES: Final = 2048
@@ -645,6 +650,7 @@ class _Compiled:
         except (TypeError, ValueError):
             layout_key = ("declaration", id(self))
         self.choices, self.openings, self.done = self.index.layout_tables(layout_key)
+        self.texts_known = False  # (Decoder._learn_texts, once)
 
     def string_masks(self, slot: StringSlot) -> StringMasks:
         """The masks inside one free string slot (token tables shared per automaton and vocabulary, on disk)."""
@@ -854,6 +860,8 @@ class Decoder:
             self._build_choice_tables()
             self._root_rows()
             self._build_wide_tables()
+            if self.mode == "canonical":
+                self._learn_texts()
         if self.mode == "canonical" and len(self._frames) == 1:
             plan = self._plan()  # a new plan computes the row where it ends; one from the cache, here (a lookup
             if not plan or plan[-1].state is not None:  # where it was just computed; a run ending with EOS: no row)
@@ -1436,6 +1444,27 @@ class Decoder:
             with self._c.index.lock:
                 _remember(tables, state, table, CHOICE_TABLES)
         return table
+
+    def _learn_texts(self) -> None:
+        """Encode the string values of the declaration's narrow fields (at most :data:`PRIME_TEXT_VALUES` each), once
+        per compiled declaration: a planner's certain run spells them (``"person": "Elizabeth"``), and a pre-token
+        the tokenizer's encoder has not met is encoded, checked and kept there, on the step loop (25 us each on
+        SmolLM2, about five per meeting record). A value's own pre-tokens are those of its text inside the record
+        wherever the split starts a pre-token at its first byte (after the ``"`` of a string, in the three splits
+        this library copies); elsewhere this costs a little set-up time and saves nothing."""
+        c = self._c
+        if c.texts_known:
+            return
+        c.texts_known = True
+        encode = self.vocab.encode
+        for f in self._fields.values():
+            if f.size <= PRIME_TEXT_VALUES and not isinstance(f.values, range):
+                for v in f.values:
+                    if type(v) is str and v:
+                        try:
+                            encode(v)
+                        except VocabularyError:  # (a value the vocabulary cannot spell: the planner meets it too)
+                            pass
 
     def _build_choice_tables(self, seconds: float = PRIME_CHOICES_SECONDS) -> int:
         """Build ahead the choice tables of the value slots whose field has several admissible values at the root,
