@@ -277,15 +277,7 @@ def test_smollm2_encodes_by_pretoken(text: str) -> None:
     """SmolLM2's encoder splits text into pre-tokens itself and keeps each one's ids (bpe.piecewise_encoder): on
     the text a planner encodes (JSON syntax, names, clock times, digits next to spaces), the ids are the
     reference BPE's and the `tokenizers` model's own."""
-    from tokenizers import Tokenizer
-
-    from factorspec_cp.tokenmap.bpe import piecewise_encoder
-
-    v = vocab("smollm2")
-    v.encode("x")
-    tok = Tokenizer.from_str(smollm2_tokenizer_json())
-    encode = piecewise_encoder(tok)
-    assert encode is not None  # SmolLM2's pre-tokenizer: digits one by one, then GPT-2's split
+    tok, encode = smollm2_piecewise()
     assert encode(text) == tok.encode(text, add_special_tokens=False).ids == smollm2_reference()(text)
 
 
@@ -299,6 +291,21 @@ def test_plain_text_split_is_the_pattern_split(text: str) -> None:
 
     for pattern in (QWEN2_PATTERN, LLAMA3_PATTERN, GPT2_PATTERN):
         assert plain_text_split(pattern)(text) == regex.findall(pattern, text), pattern
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(st.sampled_from([chr(c) for c in range(0x20, 0x7F)] + ["\t", "\n"]), max_size=40) |
+       st.lists(_JSONISH.filter(str.isascii) | st.sampled_from([" 1", "  2", "a 3 ", "\t4\n", "'5", "x9y"]),
+                max_size=20).map("".join))
+def test_smollm2_split_is_its_pre_tokenizers(text: str) -> None:
+    """SmolLM2's encoder splits plain text in one pattern (bpe.DIGITS_GPT2_PATTERN) into the pieces its `tokenizers`
+    pre-tokenizer makes (each digit alone, then GPT-2's split between them): spaces before a digit, digits in runs,
+    quotes before digits."""
+    from factorspec_cp.tokenmap.bpe import bpe_string_to_bytes
+
+    tok, encode = smollm2_piecewise()
+    theirs = [bpe_string_to_bytes(p) for p, _ in tok.pre_tokenizer.pre_tokenize_str(text)]
+    assert [p.encode() for p in encode.pieces(text)] == theirs  # type: ignore[attr-defined]
 
 
 def test_plain_text_split_refuses_other_properties() -> None:
@@ -374,6 +381,20 @@ def smollm2_tokenizer_json() -> str:
     vocab("smollm2")  # (built into the cache on first use)
     folder = bundled.cache_dir() / "vocab" / bundled._key("smollm2", bundled.BUNDLED["smollm2"][0]())
     return (folder / "encoder.json").read_text()
+
+
+@cache
+def smollm2_piecewise() -> tuple[Any, Any]:
+    """The `tokenizers` BPE of :func:`smollm2_tokenizer_json` and the piecewise encoder over it (built once: a
+    property test's examples share them)."""
+    from tokenizers import Tokenizer
+
+    from factorspec_cp.tokenmap.bpe import piecewise_encoder
+
+    tok = Tokenizer.from_str(smollm2_tokenizer_json())
+    encode = piecewise_encoder(tok)
+    assert encode is not None  # SmolLM2's pre-tokenizer: digits one by one, then GPT-2's split
+    return tok, encode
 
 
 # ----- API edges -----

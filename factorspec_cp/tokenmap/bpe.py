@@ -24,6 +24,11 @@ LLAMA3_PATTERN = (
 
 #: GPT-2's split, which `tokenizers`' ``ByteLevel(use_regex=True)`` applies.
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+#: SmolLM2's split in one pattern: `tokenizers`' ``Digits(individual_digits=True)`` (each digit alone), then GPT-2's
+#: split inside each stretch between digits. No alternative but ``\p{N}`` takes a digit, so every other piece stops
+#: before one, as it stops at its stretch's end; and a run of spaces before a digit is a stretch's last piece, where
+#: ``(?!\S)`` holds as it does at the end of the text: ``(?![^\s\p{N}])`` (GPT-2's `` ?\p{N}+`` never matches).
+DIGITS_GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d|\p{N}| ?\p{L}+| ?[^\s\p{L}\p{N}]+|\s+(?![^\s\p{N}])|\s+"""
 #: Text the piecewise encoder splits itself: printable ASCII, space, tab and newline (where the split's classes mean
 #: the same in Python's ``regex`` and in `tokenizers`' Oniguruma); other text goes to the tokenizer whole.
 _PLAIN_TEXT = frozenset(range(0x20, 0x7F)) | {0x09, 0x0A}
@@ -139,7 +144,6 @@ def piecewise_encoder(tok: Any) -> Callable[[str], list[int]] | None:
     A planner's text (one certain run: ``PM"}, {"person": "David", ...``) costs 20 us in the tokenizer, whose
     pre-tokenizer alone is 16 us of it. ``None`` for any other configuration."""
     import json
-    import re
 
     spec = json.loads(tok.to_str())
     if spec.get("normalizer") is not None or spec.get("added_tokens"):
@@ -154,19 +158,8 @@ def piecewise_encoder(tok: Any) -> Callable[[str], list[int]] | None:
     if len(steps) != 1 or steps[0].get("type") != "ByteLevel" or not steps[0].get("use_regex", True) or \
             steps[0].get("add_prefix_space", False):
         return None
-    gpt2 = plain_text_split(GPT2_PATTERN)
-    by_digit = re.compile(r"(\d)", re.ASCII).split  # (plain text: the ASCII digits) each digit alone, then GPT-2's
-
-    def pieces(text: str) -> list[str]:
-        if not digits:
-            return gpt2(text)
-        out: list[str] = []
-        for i, seg in enumerate(by_digit(text)):  # (the digits at odd positions)
-            if i & 1:
-                out.append(seg)
-            elif seg:
-                out += gpt2(seg)
-        return out
+    # (one findall: splitting at the digits first, then each stretch, took 8 us for a planner's text, against 5)
+    pieces = plain_text_split(DIGITS_GPT2_PATTERN if digits else GPT2_PATTERN)
 
     def whole(text: str) -> list[int]:
         return tok.encode(text, add_special_tokens=False).ids
