@@ -1,7 +1,8 @@
 """The compiled core, built with the machine's C compiler.
 
-- The exact search over difference constraints (``factorspec_cp/_difference.c``) and the mask rows of wide field
-  slots (``factorspec_cp/_rows.c``): C written for them.
+- The exact search over difference constraints (``factorspec_cp/_difference.c``), the mask rows of wide field
+  slots (``factorspec_cp/_rows.c``) and the pre-tokenizer splits of plain text (``factorspec_cp/_pretok.c``): C
+  written for them.
 - The decoder's per-token path (``tokenmap/layout.py``, ``tokenmap/decoder.py``, ``session.py``, ``difference.py``,
   ``witnesses.py``): the Python modules as they are, compiled by mypyc from their type annotations. Meeting planning
   is about 850 Python-level calls per certain run, no one of them above a sixth of it (``notes/meeting_profile.md``):
@@ -40,7 +41,8 @@ MANIFEST = "factorspec_cp/_native.json"
 # the difference search at -O3: its inner loop (add_edge's relax) vectorizes there, not at -O2's cheap cost model
 extensions = [Extension("factorspec_cp._difference", ["factorspec_cp/_difference.c"],
                         extra_compile_args=[f for f in FLAGS if f != "-O2"] + ["-O3"]),
-              Extension("factorspec_cp._rows", ["factorspec_cp/_rows.c"], extra_compile_args=FLAGS)]
+              Extension("factorspec_cp._rows", ["factorspec_cp/_rows.c"], extra_compile_args=FLAGS),
+              Extension("factorspec_cp._pretok", ["factorspec_cp/_pretok.c"], extra_compile_args=FLAGS)]
 digests = {}
 if os.environ.get("FACTORSPEC_COMPILE", "1") != "0":
     from mypyc.build import mypycify

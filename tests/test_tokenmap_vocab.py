@@ -281,16 +281,45 @@ def test_smollm2_encodes_by_pretoken(text: str) -> None:
     assert encode(text) == tok.encode(text, add_special_tokens=False).ids == smollm2_reference()(text)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=2000, deadline=None)
 @given(st.text(st.sampled_from([chr(c) for c in range(0x20, 0x7F)] + ["\t", "\n"]), max_size=40) |
+       st.text(st.sampled_from(list(" \t\n'\"sStTrReEvVlLmMdD09,:x")), max_size=16) |
        st.lists(_JSONISH.filter(str.isascii), max_size=20).map("".join))
 def test_plain_text_split_is_the_pattern_split(text: str) -> None:
-    """bpe.plain_text_split (Python's re, \\p{L}/\\p{N} as ASCII classes) splits printable ASCII, tab and newline
-    exactly as the original pattern does in `regex`, for the three split patterns the encoders use."""
-    from factorspec_cp.tokenmap.bpe import GPT2_PATTERN, LLAMA3_PATTERN, QWEN2_PATTERN, plain_text_split
+    """bpe.plain_text_split splits printable ASCII, tab and newline exactly as the original pattern does in `regex`,
+    for the four split patterns the encoders use: in C (factorspec_cp/_pretok.c) and with Python's re (\\p{L}/\\p{N}
+    as ASCII classes)."""
+    from factorspec_cp.tokenmap.bpe import (
+        DIGITS_GPT2_PATTERN,
+        GPT2_PATTERN,
+        LLAMA3_PATTERN,
+        QWEN2_PATTERN,
+        plain_text_split,
+    )
 
-    for pattern in (QWEN2_PATTERN, LLAMA3_PATTERN, GPT2_PATTERN):
-        assert plain_text_split(pattern)(text) == regex.findall(pattern, text), pattern
+    for pattern in (QWEN2_PATTERN, LLAMA3_PATTERN, GPT2_PATTERN, DIGITS_GPT2_PATTERN):
+        want = regex.findall(pattern, text)
+        assert plain_text_split(pattern)(text) == want, pattern
+        assert plain_text_split(pattern, compiled=False)(text) == want, pattern
+
+
+def test_the_compiled_split_is_used_and_refuses_other_text() -> None:
+    """The four patterns split in C where the extension is built (CI builds it); other text than plain raises there
+    (its callers split plain text only), and other patterns go to Python's re."""
+    from functools import partial
+
+    from factorspec_cp import _pretok  # type: ignore[attr-defined]
+    from factorspec_cp.tokenmap.bpe import GPT2_PATTERN, QWEN2_PATTERN, plain_text_split
+
+    split = plain_text_split(QWEN2_PATTERN)
+    assert isinstance(split, partial) and split.func is _pretok.split
+    assert split("don't 12 \"x\"\n") == ["don", "'t", " ", "1", "2", " \"", "x", "\"\n"]
+    for text in ("caf\u00e9", "a\rb", "\x00", "x\u2003y"):
+        with pytest.raises(ValueError, match="not plain"):
+            plain_text_split(GPT2_PATTERN)(text)
+    with pytest.raises(ValueError, match="kind"):
+        _pretok.split(4, "x")
+    assert not isinstance(plain_text_split(r"\p{L}+|\s+"), partial)
 
 
 @settings(max_examples=500, deadline=None)
@@ -306,6 +335,36 @@ def test_smollm2_split_is_its_pre_tokenizers(text: str) -> None:
     tok, encode = smollm2_piecewise()
     theirs = [bpe_string_to_bytes(p) for p, _ in tok.pre_tokenizer.pre_tokenize_str(text)]
     assert [p.encode() for p in encode.pieces(text)] == theirs  # type: ignore[attr-defined]
+
+
+def test_known_joins_the_kept_ids_of_every_pre_token_or_says_none() -> None:
+    """_pretok.known: the ids of a plain text's pre-tokens joined in order, with the last pre-token, where the memo
+    keeps every one; None where one is missing, the text is empty or not plain; a memo value that is not a tuple
+    raises. An encoder built on it gives the same ids the second time a text comes (every pre-token kept by then)."""
+    from factorspec_cp import _pretok  # type: ignore[attr-defined]
+    from factorspec_cp.tokenmap.bpe import _C_SPLITS, GPT2_PATTERN, by_piece, plain_text_known, plain_text_split
+
+    kind = _C_SPLITS[GPT2_PATTERN]
+    memo = {"don": (1, 2), "'t": (3,), " stop": (4,), " 12": (5, 6), "!": (7,)}
+    assert _pretok.known(kind, "don't stop 12!", memo) == ([1, 2, 3, 4, 5, 6, 7], "!")
+    assert _pretok.known(kind, "don't stop 13!", memo) is None
+    assert _pretok.known(kind, "", memo) is None and _pretok.known(kind, "caf\u00e9", memo) is None
+    with pytest.raises(TypeError, match="tuples"):
+        _pretok.known(kind, "don", {"don": [1, 2]})
+    assert plain_text_known(r"\p{L}+") is None
+    calls: list[str] = []
+
+    def piece(p: str) -> tuple[int, ...]:
+        calls.append(p)
+        return tuple(ord(c) for c in p)
+
+    encode = by_piece(plain_text_split(GPT2_PATTERN), piece, lambda t: [0], plain_text_known(GPT2_PATTERN))
+    first = encode("don't stop 12!")
+    assert encode.last == ("don't stop 12!", "!")  # type: ignore[attr-defined]
+    calls.clear()
+    assert encode("12! don't") == [ord(c) for c in "12! don't"] and calls == ["12", " don"]
+    assert encode("don't stop 12!") == first and calls == ["12", " don"]  # (all kept: known answers)
+    assert encode.last == ("don't stop 12!", "!")  # type: ignore[attr-defined]
 
 
 def test_plain_text_split_refuses_other_properties() -> None:

@@ -8,7 +8,7 @@ of the token they make, ``ignore_merges`` on) gives the same ids as tiktoken.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from functools import cache
+from functools import cache, partial
 from itertools import chain
 from typing import Any
 
@@ -39,12 +39,46 @@ PIECES_KEPT = 1 << 16
 PIECEWISE = object()
 
 
-def plain_text_split(pattern: str) -> Callable[[str], list[str]]:
-    """``pattern``'s ``findall`` for text of :data:`_PLAIN_TEXT` only, by Python's ``re``: ``\\p{L}`` and ``\\p{N}``
-    become the ASCII letters and digits (inside a class or as one), and ``re.ASCII`` makes ``\\s`` ASCII's. On that
-    text the classes are the same sets and both engines backtrack the same way, so the pieces are the same; ``re``
-    splits a planner's text in 3 us where ``regex``, which knows ``\\p{..}``, takes 7."""
+#: The splits ``factorspec_cp._pretok`` makes in C, by pattern (the number it knows each by).
+_C_SPLITS = {GPT2_PATTERN: 0, DIGITS_GPT2_PATTERN: 1, QWEN2_PATTERN: 2, LLAMA3_PATTERN: 3}
+
+
+#: ``known(text, memo)``: ``(ids, last pre-token)`` where ``memo`` keeps every pre-token of ``text``, else None.
+Known = Callable[[str, dict[str, tuple[int, ...]]], Any]
+
+
+def plain_text_known(pattern: str) -> Known | None:
+    """For a pattern of :data:`_C_SPLITS`, with the extension built: ``factorspec_cp._pretok.known`` for it, which
+    splits a plain text, looks each pre-token up in a memo of their ids and joins them, in one call (a planner's
+    text, whose twenty-odd pre-tokens are nearly always kept: 3 us of Python, warm). ``None`` otherwise."""
+    kind = _C_SPLITS.get(pattern)
+    if kind is None:
+        return None
+    try:
+        from .. import _pretok  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return partial(_pretok.known, kind)
+
+
+def plain_text_split(pattern: str, *, compiled: bool = True) -> Callable[[str], list[str]]:
+    """``pattern``'s ``findall`` for text of :data:`_PLAIN_TEXT` only. For the four patterns the bundled tokenizers
+    split with (:data:`_C_SPLITS`), one pass in C (``factorspec_cp/_pretok.c``, which raises ``ValueError`` on other
+    text; Python's ``re`` took half of a planner's encode, 5 us a text in a meeting walk), unless ``compiled`` is
+    false or the extension is not built. Else Python's ``re``: ``\\p{L}`` and ``\\p{N}`` become the ASCII letters
+    and digits (inside a class or as one), and ``re.ASCII`` makes ``\\s`` ASCII's. On that text the classes are the
+    same sets and both engines backtrack the same way, so the pieces are the same; ``re`` splits a planner's text in
+    3 us where ``regex``, which knows ``\\p{..}``, takes 7."""
     import re
+
+    kind = _C_SPLITS.get(pattern)
+    if compiled and kind is not None:
+        try:
+            from .. import _pretok  # type: ignore[attr-defined]
+        except ImportError:
+            pass
+        else:
+            return partial(_pretok.split, kind)
 
     out, in_class, i = [], False, 0
     while i < len(pattern):
@@ -80,7 +114,7 @@ def plain_text_split(pattern: str) -> Callable[[str], list[str]]:
 
 
 def by_piece(pieces: Callable[[str], list[str]], encode_piece: Callable[[str], Any],
-             encode_whole: Callable[[str], list[int]]) -> Callable[[str], list[int]]:
+             encode_whole: Callable[[str], list[int]], known: Known | None = None) -> Callable[[str], list[int]]:
     """An encode function that splits plain text into pre-tokens with ``pieces`` and encodes each distinct one once
     with ``encode_piece`` (kept: ``"person"``, ``" \""`` and ``"\"},"`` recur in every record); text outside
     :data:`_PLAIN_TEXT` goes to ``encode_whole``. BPE merges never cross pre-tokens, so where ``pieces`` is the
@@ -94,11 +128,17 @@ def by_piece(pieces: Callable[[str], list[str]], encode_piece: Callable[[str], A
     on the encoders marked ``encode.piecewise is PIECEWISE`` (a planner's text is new in each record, its pre-tokens
     are not). ``encode.pieces`` is ``pieces`` (``Vocabulary.ends_pretoken`` splits with it); ``encode.last``, the last
     plain text split and its last pre-token (``None`` where the pieces did not cover it), which spares that split
-    again where it asks right after encoding the text (a planner's run)."""
+    again where it asks right after encoding the text (a planner's run). ``known`` (:func:`plain_text_known`), where
+    given, answers first a text whose pre-tokens are all kept, in one call."""
     memo: dict[str, tuple[int, ...]] = {}
     plain_bytes = bytes(sorted(_PLAIN_TEXT))  # (deleted by translate: what is left is not plain text)
 
     def encode(text: str) -> list[int]:
+        if known is not None:
+            hit = known(text, memo)
+            if hit is not None:
+                encode.last = (text, hit[1])  # type: ignore[attr-defined]
+                return hit[0]  # type: ignore[no-any-return]
         check = encode.check  # type: ignore[attr-defined]
         if not text.isascii() or text.encode().translate(None, plain_bytes):  # (some byte not plain text: a set's
             # issuperset over the bytes hashed each one, 2 us for a planner's text)
@@ -159,12 +199,13 @@ def piecewise_encoder(tok: Any) -> Callable[[str], list[int]] | None:
             steps[0].get("add_prefix_space", False):
         return None
     # (one findall: splitting at the digits first, then each stretch, took 8 us for a planner's text, against 5)
-    pieces = plain_text_split(DIGITS_GPT2_PATTERN if digits else GPT2_PATTERN)
+    pattern = DIGITS_GPT2_PATTERN if digits else GPT2_PATTERN
+    pieces = plain_text_split(pattern)
 
     def whole(text: str) -> list[int]:
         return tok.encode(text, add_special_tokens=False).ids
 
-    return by_piece(pieces, whole, whole)
+    return by_piece(pieces, whole, whole, plain_text_known(pattern))
 
 
 def tiktoken_piecewise(encoding: Any, pattern: str) -> Callable[[str], list[int]]:
@@ -175,7 +216,7 @@ def tiktoken_piecewise(encoding: Any, pattern: str) -> Callable[[str], list[int]
     single = getattr(encoding, "_encode_single_piece", None)
     if single is None:
         return encoding.encode_ordinary  # type: ignore[no-any-return]
-    return by_piece(plain_text_split(pattern), single, encoding.encode_ordinary)
+    return by_piece(plain_text_split(pattern), single, encoding.encode_ordinary, plain_text_known(pattern))
 
 
 @cache
