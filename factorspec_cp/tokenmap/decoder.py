@@ -924,12 +924,11 @@ class Decoder:
                 return hit
 
         stats = self.stats  # (the filter is kept on the decoder: a closure over self would make a cycle of them)
-
-        def ask(p: str) -> Any:
-            return session.questions(p) if session.wide(p) else session.admissible(p)
-
         extended: list[Any] = []  # [the key in hand, the assignment with the extra values (Session._extended)]
 
+        # (one nested function: a second one it called, ``ask``, was kept in their shared environment, which it
+        # referred to: a cycle of the environment, both functions, the filter and its tables, left to the collector
+        # each time a plan's completed values made a filter)
         def fn(p: str) -> Any:
             if p not in fields:
                 return None
@@ -938,13 +937,13 @@ class Decoder:
                 if not extra:
                     if session.fixed_key() != key:  # a caller kept the filter past an assignment: a bug, not an answer
                         raise RuntimeError("a decoder filter was asked under another assignment than its own")
-                    return ask(p)
+                    return session.questions(p) if session.wide(p) else session.admissible(p)
                 base = session.fixed_key()
                 if not extended or extended[0] is not base:  # (made under the assignment in hand; kept while it is)
                     extended[:] = [base, session._extended(extra)]
                 session._enter(extended[1])
                 try:
-                    return ask(p)
+                    return session.questions(p) if session.wide(p) else session.admissible(p)
                 finally:
                     session.pop()
             finally:
