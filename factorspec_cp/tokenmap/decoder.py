@@ -164,6 +164,10 @@ class TokenIndex:
         self._fs_tables_key: str | None = None  # (stringtables.vocabulary_key)
         self._crosses: dict[bytes, bool] = {}  # crosses' answers (a run's last bytes recur: `", "end":`, `":`)
         self.ends: dict[tuple[bytes, int, int], bool] = {}  # (Decoder._ends_pretoken)
+        # a planner's texts: their ids and whether a pre-token ends where they do before given next bytes (the same
+        # texts recur in every record, `PM", "end": "`: here a look-up from compiled code, not a call into Python)
+        self.encoded: dict[str, tuple[int, ...]] = {}
+        self.ends_before: dict[tuple[str, frozenset[int]], bool] = {}
         # the ids of the content tokens spelling each byte string
         by_bytes: dict[bytes, tuple[int, ...]] = {t: (i,) for t, i in reversed(pairs)}
         for k in range(1, len(pairs)):  # a spelling of several ids (rare): sorted by (bytes, id), they are neighbours
@@ -1333,7 +1337,7 @@ class Decoder:
             return None  # (the planner walks the fixed bytes before the slot)
         plan: list[_Step] = []
         st = state
-        for t in self.vocab.encode(data.decode()):
+        for t in self._encode(data.decode()):
             tb = self.vocab.tokens[t]
             after = None if tb is None else self._in_value_at(st, tb)
             if after is None:
@@ -1351,6 +1355,30 @@ class Decoder:
         if hit is None:
             hit = self.vocab.ends_pretoken(data.decode(), range(lo, hi + 1))
             if len(memo) > 4096:
+                memo.clear()
+            memo[key] = hit
+        return hit
+
+    def _encode(self, text: str) -> tuple[int, ...]:
+        """The vocabulary's encoding of a planner's ``text`` (:meth:`Vocabulary.encode`), kept per vocabulary."""
+        memo = self._c.index.encoded
+        ids = memo.get(text)
+        if ids is None:
+            ids = tuple(self.vocab.encode(text))
+            if len(text) <= 256:
+                if len(memo) >= 4096:
+                    memo.clear()
+                memo[text] = ids
+        return ids
+
+    def _ends_before(self, text: str, follow: frozenset[int]) -> bool:
+        """:meth:`Vocabulary.ends_pretoken` of a planner's ``text`` before the bytes ``follow``, kept per vocabulary."""
+        memo = self._c.index.ends_before
+        key = (text, follow)
+        hit = memo.get(key)
+        if hit is None:
+            hit = self.vocab.ends_pretoken(text, follow)
+            if len(memo) >= 4096:
                 memo.clear()
             memo[key] = hit
         return hit
@@ -1848,7 +1876,7 @@ class Decoder:
         text, _ = _utf8_prefix(data[:FORCED_AHEAD_BYTES])
         if not text:
             return None
-        tid = self.vocab.encode(text)[0]
+        tid = self._encode(text)[0]
         row = self._exact_row()
         return tid if int(row[tid >> 5]) >> (tid & 31) & 1 else None
 
@@ -1927,7 +1955,7 @@ class Decoder:
         longest, size = index.longest, len(data)
         final = -1  # whether a pre-token ends where the bytes do, whatever follows (Vocabulary.ends_pretoken); -1: not
         # asked yet
-        for t in self.vocab.encode(text):
+        for t in self._encode(text):
             tb = tokens[t]
             if tb is None or data[at:at + len(tb)] != tb:
                 break  # the canonical encoding does not spell the bytes token by token: stop here
@@ -1938,9 +1966,8 @@ class Decoder:
             if not end and size - at < longest[data[at]] and index.crosses(data[at:]):
                 if final < 0:  # (first the bytes that may follow without the relations, found sooner: where
                     # every one of them keeps the pre-token, those the relations admit do; else those: 14 us)
-                    vocab = self.vocab
-                    final = int(cut == len(forced) and (vocab.ends_pretoken(text, layout.allowed_next_bytes(st)) or
-                                vocab.ends_pretoken(text, layout.allowed_next_bytes(st, admissible=f))))
+                    final = int(cut == len(forced) and (self._ends_before(text, layout.allowed_next_bytes(st)) or
+                                self._ends_before(text, layout.allowed_next_bytes(st, admissible=f))))
                 if not final:
                     break
             at += len(tb)
