@@ -1483,15 +1483,18 @@ class Decoder:
         if c.texts_known:
             return
         c.texts_known = True
-        encode = self.vocab.encode
+        texts: dict[str, None] = {}  # (each once: a trip's legs share their cities)
         for f in self._fields.values():
             if f.size <= PRIME_TEXT_VALUES and not isinstance(f.values, range):
                 for v in f.values:
                     if type(v) is str and v:
-                        try:
-                            encode(v)
-                        except VocabularyError:  # (a value the vocabulary cannot spell: the planner meets it too)
-                            pass
+                        texts[v] = None
+        encode = self.vocab.encode
+        for v in texts:
+            try:
+                encode(v)
+            except VocabularyError:  # (a value the vocabulary cannot spell: the planner meets it too)
+                pass
 
     def _build_choice_tables(self, seconds: float = PRIME_CHOICES_SECONDS) -> int:
         """Build ahead the choice tables of the value slots whose field has several admissible values at the root,
