@@ -51,6 +51,13 @@ def plain_text_known(pattern: str) -> Known | None:
     """For a pattern of :data:`_C_SPLITS`, with the extension built: ``factorspec_cp._pretok.known`` for it, which
     splits a plain text, looks each pre-token up in a memo of their ids and joins them, in one call (a planner's
     text, whose twenty-odd pre-tokens are nearly always kept: 3 us of Python, warm). ``None`` otherwise."""
+    found = _c_split(pattern)
+    return None if found is None else partial(found[0].known, found[1])
+
+
+def _c_split(pattern: str) -> tuple[Any, int] | None:
+    """The ``_pretok`` extension and its number for ``pattern``; ``None`` for another pattern or without the
+    extension built."""
     kind = _C_SPLITS.get(pattern)
     if kind is None:
         return None
@@ -58,27 +65,22 @@ def plain_text_known(pattern: str) -> Known | None:
         from .. import _pretok  # type: ignore[attr-defined]
     except ImportError:
         return None
-    return partial(_pretok.known, kind)
+    return _pretok, kind
 
 
 def plain_text_split(pattern: str, *, compiled: bool = True) -> Callable[[str], list[str]]:
     """``pattern``'s ``findall`` for text of :data:`_PLAIN_TEXT` only. For the four patterns the bundled tokenizers
     split with (:data:`_C_SPLITS`), one pass in C (``factorspec_cp/_pretok.c``, which raises ``ValueError`` on other
-    text; Python's ``re`` took half of a planner's encode, 5 us a text in a meeting walk), unless ``compiled`` is
+    text; Python's ``re`` took 5 of the 11 us of a planner's encode in a meeting walk), unless ``compiled`` is
     false or the extension is not built. Else Python's ``re``: ``\\p{L}`` and ``\\p{N}`` become the ASCII letters
     and digits (inside a class or as one), and ``re.ASCII`` makes ``\\s`` ASCII's. On that text the classes are the
     same sets and both engines backtrack the same way, so the pieces are the same; ``re`` splits a planner's text in
     3 us where ``regex``, which knows ``\\p{..}``, takes 7."""
     import re
 
-    kind = _C_SPLITS.get(pattern)
-    if compiled and kind is not None:
-        try:
-            from .. import _pretok  # type: ignore[attr-defined]
-        except ImportError:
-            pass
-        else:
-            return partial(_pretok.split, kind)
+    found = _c_split(pattern) if compiled else None
+    if found is not None:
+        return partial(found[0].split, found[1])
 
     out, in_class, i = [], False, 0
     while i < len(pattern):

@@ -1477,8 +1477,8 @@ class Decoder:
         per compiled declaration: a planner's certain run spells them (``"person": "Elizabeth"``), and a pre-token
         the tokenizer's encoder has not met is encoded, checked and kept there, on the step loop (25 us each on
         SmolLM2, about five per meeting record). A value's own pre-tokens are those of its text inside the record
-        wherever the split starts a pre-token at its first byte (after the ``"`` of a string, in the three splits
-        this library copies); elsewhere this costs a little set-up time and saves nothing."""
+        wherever the split starts a pre-token at its first byte (after the ``"`` of a string, in the splits of
+        the bundled tokenizers); elsewhere this costs a little set-up time and saves nothing."""
         c = self._c
         if c.texts_known:
             return
