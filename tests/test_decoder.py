@@ -454,6 +454,43 @@ def test_prime_encodes_the_string_values_a_planner_spells(vocab_name: str) -> No
     assert dec.output() == json.dumps(gold).encode() and dec.record() == gold
 
 
+@pytest.mark.parametrize("vocab_name", ["smollm2", "qwen3", "llama3"])
+def test_the_planner_encodes_kept_pretokens_without_the_vocabularys_python(vocab_name: str, monkeypatch: Any) -> None:
+    """A planner's new text whose pre-tokens the encoder keeps is encoded by one call into C from the compiled
+    planner (``Vocabulary.known_pieces``), not by ``Vocabulary.encode``; the ids are the tokenizer's (the vocabulary's
+    ``encode`` of the same text, and its spelling), the encoder's ``last`` is set as ``encode`` sets it, and a text
+    with a pre-token never met still goes to ``encode``."""
+    import string
+
+    from factorspec_cp.tokenmap.vocab import Vocabulary
+    vocab = VOCABS[vocab_name]()
+    spec = fs.Spec({"type": "object", "required": ["a"], "properties": {"a": {"enum": ["x", "y"]}}})
+    dec = spec.decoder(vocab)
+    known = vocab.known_pieces()
+    assert known is not None and known[2] is vocab._encoder
+    rng = random.Random(vocab_name)
+    texts = [f'PM"}}, {{"person": "Kimberly", "location": "Presidio", "meet": true, "start": "{rng.randrange(12)}:'
+             for _ in range(3)] + [f'{rng.randrange(60)}AM", "end": "{rng.randrange(12)}' for _ in range(3)]
+    for t in texts:
+        vocab.encode(t)  # (its pre-tokens kept)
+    calls: list[str] = []
+    real = Vocabulary.encode
+
+    def counted(self: Vocabulary, text: str) -> list[int]:
+        calls.append(text)
+        return real(self, text)
+
+    monkeypatch.setattr(Vocabulary, "encode", counted)
+    for t in texts:
+        assert t not in dec._c.index.encoded  # (the planner's memo of texts has not met it)
+        ids = dec._encode(t)
+        assert calls == [] and list(ids) == real(vocab, t) and vocab.decode(ids) == t.encode()
+        assert vocab._encoder.last == (t, vocab._encoder.pieces(t)[-1])
+    odd = "".join(rng.choice(string.ascii_lowercase) for _ in range(13))
+    ids = dec._encode(f'"{odd}"')  # (a pre-token never met: the encoder's own path)
+    assert calls == [f'"{odd}"'] and vocab.decode(ids) == f'"{odd}"'.encode()
+
+
 def test_a_meeting_walk_makes_no_reference_cycles() -> None:
     """A decoder's walk through a meeting record (certain runs, their rows ahead, the filters of the values completed
     on the way, choices) leaves nothing for the cycle collector: what it drops goes by reference counting. (Each

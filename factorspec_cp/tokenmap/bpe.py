@@ -131,7 +131,8 @@ def by_piece(pieces: Callable[[str], list[str]], encode_piece: Callable[[str], A
     are not). ``encode.pieces`` is ``pieces`` (``Vocabulary.ends_pretoken`` splits with it); ``encode.last``, the last
     plain text split and its last pre-token (``None`` where the pieces did not cover it), which spares that split
     again where it asks right after encoding the text (a planner's run). ``known`` (:func:`plain_text_known`), where
-    given, answers first a text whose pre-tokens are all kept, in one call."""
+    given, answers first a text whose pre-tokens are all kept, in one call; ``encode.known`` is ``(known, memo)``, with
+    the memo of pre-tokens it reads (``None`` without ``known``)."""
     memo: dict[str, tuple[int, ...]] = {}
     plain_bytes = bytes(sorted(_PLAIN_TEXT))  # (deleted by translate: what is left is not plain text)
 
@@ -173,6 +174,7 @@ def by_piece(pieces: Callable[[str], list[str]], encode_piece: Callable[[str], A
         return out
 
     encode.whole = encode_whole  # type: ignore[attr-defined]  # (what other text goes to: tests look for it)
+    encode.known = None if known is None else (known, memo)  # type: ignore[attr-defined]  # (Vocabulary.known_pieces)
     encode.pieces = pieces  # type: ignore[attr-defined]  # (the split: Vocabulary.ends_pretoken reads it)
     encode.last = ("", None)  # type: ignore[attr-defined]  # the last text split and its last pre-token (the same)
     encode.check = None  # type: ignore[attr-defined]

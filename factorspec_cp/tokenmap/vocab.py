@@ -140,6 +140,22 @@ class Vocabulary:
                     memo.popitem(last=False)
         return ids
 
+    def known_pieces(self) -> tuple[Callable[[str, dict[str, tuple[int, ...]]], Any], dict[str, tuple[int, ...]],
+                                    Any] | None:
+        """Where the encoder splits with its own copy of the tokenizer's split and checks each pre-token it keeps
+        (``bpe.by_piece``, with ``bpe.plain_text_known``): ``(known, memo, encoder)``. ``known(text, memo)`` is
+        ``(ids, last pre-token)`` where every pre-token of ``text`` is in ``memo`` (each checked when kept), which are
+        :meth:`encode`'s ids, else ``None``; the caller sets ``encoder.last = (text, last pre-token)`` as
+        :meth:`encode` would (:meth:`ends_pretoken` reads it). A compiled planner calls it directly: its new texts
+        (one per certain run) then cost no call into this module's Python. ``None`` for other encoders."""
+        if self._encoder is None and self._encoder_factory is None:
+            return None
+        enc = self._encoder if self._encoder is not None else self._load_encoder()
+        found = getattr(enc, "known", None)
+        if found is None or getattr(enc, "piecewise", None) is not PIECEWISE or enc.check is None:
+            return None
+        return found[0], found[1], enc
+
     def _load_encoder(self) -> Any:
         if self._encoder_factory is None:
             raise VocabularyError(f"vocabulary {self.name!r} cannot encode: its source has no merges or a "
