@@ -2005,8 +2005,13 @@ class Decoder:
         if self._frames[-1].terminated or max_tokens <= 0:
             return []
         frame = self._planned(ahead=True)
-        plan, at = frame.plan, frame.at
-        return [step.token for step in plan[at:at + max_tokens]]  # type: ignore[index]  # (planned)
+        plan: tuple[_Step, ...] = frame.plan  # type: ignore[assignment]  # (planned)
+        # (indexed, not sliced: compiled, a slice of an optional tuple and a comprehension over it were generic calls,
+        # 1,300 instructions a call, asked at every token of a run)
+        out: list[int] = []
+        for i in range(frame.at, min(len(plan), frame.at + max_tokens)):
+            out.append(plan[i].token)
+        return out
 
     # -- consuming ----------------------------------------------------------------------------------------------
     def consume(self, token: int) -> None:
