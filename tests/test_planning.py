@@ -291,6 +291,31 @@ def test_taking_a_plan_at_once_equals_consuming_its_tokens(vocab, name):
     assert runs >= (5 if name == "meeting" else 1)
 
 
+@pytest.mark.parametrize("name", ["tool-call", "meeting"])
+def test_certain_run_is_the_plans_tokens_from_each_position_up_to_the_bound(vocab, name):
+    """``certain_run(k)``, at every position of a walk that takes each run's tokens one at a time (so mid-run too),
+    is the first ``k`` tokens of the run planned there (``_plan``, the steps from the frame's offset), for bounds
+    below, at and above the run's length; nothing for a bound of 0."""
+    a, _ = _decoder_pair(vocab, name)
+    rng = random.Random(5)
+    mid = 0
+    for _ in range(300):
+        if a.is_terminated():
+            break
+        run = a.certain_run(64)
+        plan = [s.token for s in a._plan()][:64]
+        assert run == plan and a.certain_run(0) == []
+        for k in (1, 2, 3, len(run), len(run) + 1):
+            assert a.certain_run(k) == run[:k]
+        mid += a._frames[-1].at > 0
+        if run:
+            a.consume(run[0])
+            continue
+        ids = a.allowed_tokens()
+        a.consume(int(ids[rng.randrange(len(ids))]))
+    assert mid >= 5
+
+
 @pytest.mark.parametrize("name", ["note", "tool-call", "meeting"])
 def test_a_planned_steps_state_made_when_read_is_the_stepped_one(vocab, name):
     """A planned token inside a stretch of fixed bytes keeps how to make its layout state (``_Later``), made when a
