@@ -551,3 +551,26 @@ def test_a_row_ahead_written_where_the_model_chooses_equals_the_token_index_walk
             assert dec.allowed_tokens().tolist() == want
         dec.consume(t)
     assert deferred >= 2
+
+
+def test_filled_spans_are_the_bisections_of_the_renderings() -> None:
+    """``EnumSlot.fill_spans`` keeps, for every prefix of every rendering, the span of renderings that start with it,
+    as the two bisections of ``_span`` find it (compared on a fresh matcher of the same values, by bisection); a prefix
+    of no rendering still gets its empty span on demand; a domain with more prefixes than ``SPANS_FILLED`` is left to
+    the bisections."""
+    from bisect import bisect_left
+
+    from factorspec_cp.tokenmap import layout as lay
+    values = [_clock(k) for k in range(180)] + ["9:00PM", "12:30AM", "1:05PM"]
+    m = EnumSlot(values)
+    m.fill_spans()
+    fresh = EnumSlot(values)
+    prefixes = {r[:n] for r in m.renders for n in range(len(r) + 1)}
+    assert set(m._spans) == prefixes
+    for t in sorted(prefixes) + [b"\"1:6", b"\"2:", b"\"9:99", b"x", b"\"12:30AM\"x"]:
+        want = (bisect_left(fresh.renders, t), bisect_left(fresh.renders, t + b"\xff"))
+        assert m._span(t) == want == fresh._span(t), t
+    big = EnumSlot([f"{k:07d}" for k in range(3000)])
+    assert sum(map(len, big.renders)) + len(big.renders) > lay.SPANS_FILLED
+    big.fill_spans()
+    assert big._spans == {} and big._span(b"\"00012") == (1200, 1300)

@@ -1576,6 +1576,7 @@ class Decoder:
                     if ins[0] == FIELD and type(ins[2]) is EnumSlot and len(ins[2].domain) > wide_domain}
         built = 0
         for key, m in matchers.items():
+            m.fill_spans()  # (the slot's spans, once per matcher)
             if index.wide_done.get(key) is m or len(m.renders) > PRIME_WIDE_VALUES:
                 continue
             # where a planner stops inside the fixed bytes before the slot (a token there could run into the value):
