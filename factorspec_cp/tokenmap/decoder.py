@@ -76,6 +76,7 @@ from .layout import (
     admissible_counts,
     admissible_ends,
     field_index,
+    prefix_spans,
     same_domain,
     span_has,
     value_key,
@@ -535,14 +536,7 @@ class WideTable:
         them) where ``before`` and ``q``'s bytes past ``sub`` spell a token, each with the span of the renderings
         that start with ``q``; a ``q`` whose bytes no token starts with ends the look at its descendants."""
         renders = m.renders
-        spans: dict[bytes, list[int]] = {}  # every prefix of a rendering (renderings included) -> its span [lo, hi)
-        for j, r in enumerate(renders):
-            for k in range(len(r) + 1):
-                got = spans.get(r[:k])
-                if got is None:
-                    spans[r[:k]] = [j, j + 1]
-                else:
-                    got[1] = j + 1
+        spans = prefix_spans(renders)  # every prefix of a rendering (renderings included) -> its span [lo, hi)
         prefixes = sorted(spans)  # depth first: a prefix, then every prefix extending it
         by_bytes, whole, toks, tids = index.by_bytes, m.by_render, index.toks, index.ids
         spanned: dict[bytes, tuple[int, int]] = {}  # bytes -> the tokens starting with them (asked once per bytes)

@@ -36,7 +36,7 @@ import threading
 import weakref
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Union
 
@@ -87,6 +87,21 @@ NOTHING: Final = _NOTHING_OBJ  # (Final: compiled, a C static, not a look-up in 
 #: 2,618; BFCL's 11,323 dates about 130,000, left to the bisections
 SPANS_FILLED: Final = 20_000
 _RENDERED: dict[tuple[type, Any], bytes] = {}
+
+
+def prefix_spans(renders: Sequence[bytes]) -> dict[bytes, list[int]]:
+    """Every prefix of a rendering (the empty one and the renderings themselves included) -> its span ``[lo, hi)``:
+    the sorted positions of the renderings that start with it, which are consecutive. One pass over the renderings,
+    shared by :meth:`EnumSlot.fill_spans` and the wide fields' tables (``WideTable.build_many``)."""
+    spans: dict[bytes, list[int]] = {}
+    for j, r in enumerate(renders):
+        for n in range(len(r) + 1):
+            got = spans.get(r[:n])
+            if got is None:
+                spans[r[:n]] = [j, j + 1]
+            else:
+                got[1] = j + 1
+    return spans
 
 
 def field_index(f: Field, value: Any) -> int:
@@ -233,14 +248,7 @@ class EnumSlot:
         which the process shares between declarations of the same domain (:func:`field_matcher`)."""
         if self._spans_filled or sum(map(len, self.renders)) + len(self.renders) > SPANS_FILLED:
             return
-        spans: dict[bytes, list[int]] = {}
-        for j, r in enumerate(self.renders):
-            for n in range(len(r) + 1):
-                got = spans.get(r[:n])
-                if got is None:
-                    spans[r[:n]] = [j, j + 1]
-                else:
-                    got[1] = j + 1
+        spans = prefix_spans(self.renders)
         kept = self._spans
         if len(kept) + len(spans) > 50_000:
             kept.clear()
