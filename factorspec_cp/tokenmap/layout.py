@@ -1148,19 +1148,22 @@ class Layout:
         if op == ACCEPT:
             return []
         m = ins[2]
+        # (a field's EnumSlot, the slot most steps are in, called natively; other slots by a generic call)
+        e: EnumSlot | None = m if type(m) is EnumSlot else None
         out: list[tuple[Core, tuple[Event, ...]]] = []
-        v = m.value(sub)
+        v = e.value(sub) if e is not None else m.value(sub)
         if v is not NOTHING and b in self._follow(pc + 1, ctr):  # the value ends here: b belongs to what follows
             ev = self._complete(ins, ctr, sub, v, flt)
             if ev is not None:
                 for nxt, _ in self._enter(pc + 1, ctr, flt):
-                    out.extend((c, ev + e) for c, e in self._step(nxt, b, flt))
-        sub2 = m.step(sub, b)
+                    out.extend((c, ev + e2) for c, e2 in self._step(nxt, b, flt))
+        sub2 = e.step(sub, b) if e is not None else m.step(sub, b)
         if sub2 is not None:
             allowed = self._allowed(ins, ctr, flt)
             if allowed is None or allowed.has_prefix(sub2):
-                v2 = m.value(sub2)
-                if v2 is not NOTHING and not m.extendable(sub2):  # nothing can extend it: complete now
+                v2 = e.value(sub2) if e is not None else m.value(sub2)
+                if v2 is not NOTHING and not (e.extendable(sub2) if e is not None else m.extendable(sub2)):
+                    # nothing can extend it: complete now
                     ev = self._complete(ins, ctr, sub2, v2, flt)
                     if ev is not None:
                         out.extend((c, ev) for c, _ in self._enter(pc + 1, ctr, flt))
