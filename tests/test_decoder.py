@@ -619,3 +619,25 @@ def test_choice_table_rows_are_the_union_of_the_selected_candidates(dense_limit:
             want = sorted({int(t) for k in chosen for t in ids[k]})
             assert mask_to_ids(row, size).tolist() == want
         assert mask_to_ids(table.row(None, lock), size).tolist() == sorted({int(t) for i in ids for t in i})
+
+
+def test_consume_seconds_counts_the_tokens_that_were_not_planned() -> None:
+    """``DecoderStats.consume_seconds`` times the consumes that take a path of their own (the model's choice), not a
+    planned token's, nor a token a rollback undid taken again: those push a frame, and their two clock reads were
+    1.5% of a meeting walk. (A planner's take of its run, for the row after it, is timed once per run.)"""
+    vocab = VOCABS["smollm2"]()
+    dec = fs.Spec(DECLS["sum"]).decoder(vocab)
+    run = dec.certain_run(64)
+    assert run and vocab.decode(run).startswith(b'{"a"')
+    before = dec.stats.consume_seconds  # (the planner's own take of the run, for the row after it)
+    for t in run:
+        dec.consume(t)
+    assert dec.stats.consume_seconds == before
+    dec.rollback(len(run))
+    for t in run:  # (the frames the rollback kept, taken again)
+        dec.consume(t)
+    assert dec.stats.consume_seconds == before and dec.certain_run(1) == []
+    row = np.zeros(mask_words(vocab.size), dtype=np.int32)
+    dec.fill_mask(row)
+    dec.consume(int(mask_to_ids(row, vocab.size)[0]))  # the model's choice: its own path, timed
+    assert dec.stats.consume_seconds > before

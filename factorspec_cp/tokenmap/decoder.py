@@ -688,7 +688,8 @@ class DecoderStats:
         self.masks = 0
         self.mask_hits = 0
         self.consume_seconds = 0.0  # consumes of tokens that were not the planned ones (a planned token, or one a
-        # rollback undid, is a frame pushed: its two clock reads were 1.5% of a meeting walk)
+        # rollback undid, is a frame pushed: its two clock reads were 1.5% of a meeting walk), and a planner's take of
+        # its run for the row after it (once per run)
         self.plan_seconds = 0.0
         self.solver_seconds = 0.0
         self.walk_nodes = 0
