@@ -31,7 +31,6 @@ assignment the other components have their records whatever this one takes.
 from __future__ import annotations
 
 import struct
-from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -64,8 +63,7 @@ MAX_SEARCH_BYTES = 64 << 20
 _BIG = 1 << 26  # weights are clamped into (-_BIG, _BIG): sums of three stay within int32 in the search
 
 Interval = tuple[int, int]
-_I32 = next(c for c in "ihl" if array(c).itemsize == 4)  # the array typecode of int32 (C's int, nearly everywhere)
-_PIN = struct.Struct("=6i")  # two edges as int32 triples, in the order and byte order of an array of _I32
+_PIN = struct.Struct("=6i")  # two edges as int32 triples in native byte order, as the model's other edge buffers
 Edge = tuple[int, int, int]  # (u, v, w): x_v - x_u <= w, node 0 the zero
 
 
