@@ -805,8 +805,8 @@ class _Answers:
     def __init__(self, session: Session, fields: Any, key: Any, extra: list[tuple[str, Any]],
                  stats: DecoderStats) -> None:
         self.session, self.fields, self.key, self.extra, self.stats = session, fields, key, extra, stats
-        self.base: Any = None  # the assignment in hand the extension was made under (its key object), and it
-        self.extended: Any = None
+        self.base: Any = None  # the key object of the assignment the extension below was made under
+        self.extended: Any = None  # it with ``extra`` assigned too (Session._extended), kept while it stands
 
     def __call__(self, p: str) -> Any:
         if p not in self.fields:
