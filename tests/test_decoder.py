@@ -312,6 +312,10 @@ def test_rejects_and_rollback_bounds() -> None:
         dec.rollback(1)
     with pytest.raises(ValueError):
         dec.fill_mask(np.zeros(3, dtype=np.int32))
+    words = mask_words(vocab.size)  # the right size, but not int32 in this machine's order, or not one row
+    for bad in (np.zeros(words, dtype=np.int64), np.zeros(words, dtype=">i4"), np.zeros((1, words), dtype=np.int32)):
+        with pytest.raises(ValueError):
+            dec.fill_mask(bad)
     with pytest.raises(ValueError):
         spec.decoder(vocab, mode="fast")
     for t in vocab.encode('{"a": 3'):
@@ -596,16 +600,21 @@ def test_a_kept_filter_asked_under_another_assignment_raises() -> None:
     assert dec._admissible() is not flt and dec._admissible().answer("/b") == [2]
 
 
+@pytest.mark.parametrize("sparse_limit", [0, 64])
 @pytest.mark.parametrize("dense_limit", [0, 1 << 14])
-def test_choice_table_rows_are_the_union_of_the_selected_candidates(dense_limit: int,
+def test_choice_table_rows_are_the_union_of_the_selected_candidates(dense_limit: int, sparse_limit: int,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """A choice table's row for a selection of candidates, from its small matrix (candidates x mask words) or,
-    past the matrix's limit, from its flat scatter, is exactly the union of the selected candidates' ids."""
+    past the matrix's limit, from its flat scatter, or kept as the ids where they are few, is exactly the union of
+    the selected candidates' ids."""
     import threading
 
     from factorspec_cp.tokenmap import decoder as D
     monkeypatch.setattr(D, "DENSE_CHOICE_WORDS", dense_limit)
+    monkeypatch.setattr(D, "SPARSE_IDS", sparse_limit)
     rng = random.Random(dense_limit)
+    words = mask_words(5000)
+    kinds: set[str] = set()
     size = 5000
     for _ in range(20):
         n = rng.randrange(1, 24)
@@ -616,9 +625,32 @@ def test_choice_table_rows_are_the_union_of_the_selected_candidates(dense_limit:
         for _ in range(10):
             chosen = sorted(rng.sample(range(n), rng.randrange(0, n + 1)))
             row = table.row(bytes(chosen), lock)
+            # kept as the ids where the selected candidates hold at most SPARSE_IDS (the C pass built), else words
+            assert (type(row) is D._IdsRow) == (sum(len(ids[k]) for k in chosen) <= sparse_limit), len(chosen)
+            kinds.add(type(row).__name__)
             want = sorted({int(t) for k in chosen for t in ids[k]})
-            assert mask_to_ids(row, size).tolist() == want
-        assert mask_to_ids(table.row(None, lock), size).tolist() == sorted({int(t) for i in ids for t in i})
+            assert mask_to_ids(D.dense_row(row, words), size).tolist() == want
+        every = D.dense_row(table.row(None, lock), words)
+        assert mask_to_ids(every, size).tolist() == sorted({int(t) for i in ids for t in i})
+    assert kinds == {"ndarray", "_IdsRow"}  # (both forms met)
+
+
+def test_ids_fill_clears_the_row_and_sets_exactly_the_ids() -> None:
+    """``_rows.ids_fill`` (a choice row of a few ids, written where the model chooses) leaves exactly the ids' bits
+    in a row that held others, against numpy's packing; an id outside the row is refused and nothing is written."""
+    from factorspec_cp import _rows  # type: ignore[attr-defined]
+    from factorspec_cp.tokenmap.decoder import _pack
+    rng = random.Random(7)
+    size = 5000
+    for n in (0, 1, 5, 64):
+        ids = np.array([rng.randrange(size) for _ in range(n)], dtype=np.int64)  # (repeats allowed)
+        row = np.array([rng.randrange(-2**31, 2**31) for _ in range(mask_words(size))], dtype=np.int32)
+        _rows.ids_fill(row, ids.tobytes())
+        assert np.array_equal(row, _pack(np.unique(ids), size))
+    row = np.zeros(mask_words(size), dtype=np.int32)
+    with pytest.raises(IndexError):
+        _rows.ids_fill(row, np.array([3, 32 * mask_words(size)], dtype=np.int64).tobytes())
+    assert not row.any()
 
 
 def test_consume_seconds_counts_the_tokens_that_were_not_planned() -> None:

@@ -114,6 +114,9 @@ def mask_to_ids(row: np.ndarray, size: int | None = None) -> np.ndarray:
     return np.flatnonzero(bits)
 
 
+_INT32 = np.dtype(np.int32)  # a mask row's words
+
+
 def _pack(ids: np.ndarray, size: int) -> np.ndarray:
     bits = np.zeros(mask_words(size) * 32, dtype=bool)
     bits[ids] = True
@@ -260,6 +263,8 @@ class TokenIndex:
 #: the most candidate values a choice table holds (above it, the walk of the token index)
 CHOICE_MAX = 256
 DENSE_CHOICE_WORDS = 1 << 14  # a choice table's matrix of candidates x mask words, at most (64 KB)
+#: a choice table's row of at most this many token ids is kept as the ids (:class:`_IdsRow`), written where asked
+SPARSE_IDS = 64
 #: the choice tables a layout keeps over one vocabulary (the least recently used go first)
 CHOICE_TABLES = 4096
 #: what :meth:`Decoder.prime` spends at most, once per layout, building choice tables ahead (seconds, states)
@@ -317,8 +322,8 @@ class ChoiceTable:
     may_finish: bool
     index_of: tuple[tuple[int, int], ...]
     size: int
-    rows: OrderedDict[bytes, np.ndarray] = dc_field(default_factory=OrderedDict, compare=False, repr=False)
-    by_mask: OrderedDict[bytes, np.ndarray] = dc_field(default_factory=OrderedDict, compare=False, repr=False)
+    rows: OrderedDict[bytes, Any] = dc_field(default_factory=OrderedDict, compare=False, repr=False)
+    by_mask: OrderedDict[bytes, Any] = dc_field(default_factory=OrderedDict, compare=False, repr=False)
     # every candidate's ids as mask words and bits, flat, with the candidate each belongs to: a row is one
     # selection of these and one scatter, not a concatenation and a conversion per candidate (5 us, not 20-30)
     flat: tuple[np.ndarray, np.ndarray, np.ndarray] = dc_field(init=False, compare=False, repr=False)
@@ -341,7 +346,7 @@ class ChoiceTable:
             dense = (cols, matrix)
         object.__setattr__(self, "dense", dense)
 
-    def row_for(self, mask: bytes, lock: threading.Lock) -> np.ndarray:
+    def row_for(self, mask: bytes, lock: threading.Lock) -> Any:
         """The packed row for a session's admissible mask over the field (kept per mask: one dictionary lookup
         where the same admissible set was seen before, by any declaration with the layout)."""
         hit = self.by_mask.get(mask)
@@ -355,13 +360,23 @@ class ChoiceTable:
         """The candidates a session's admissible mask (:meth:`Session.admissible_mask`) keeps, as their ``k``."""
         return bytes([k for i, k in self.index_of if mask[i]])
 
-    def row(self, selected: bytes | None, lock: threading.Lock) -> np.ndarray:
+    def row(self, selected: bytes | None, lock: threading.Lock) -> Any:
         """The packed union of the selected candidates' ids (``None``: every candidate), built once per selection
-        from their mask words (no pass over the vocabulary). Shared: callers never write into it."""
+        from their mask words (no pass over the vocabulary). Shared: callers never write into it. Where the union
+        is at most :data:`SPARSE_IDS` ids (and the C pass is built), the ids themselves, an :class:`_IdsRow` that
+        :func:`dense_row` writes out: a row of a few tokens kept as 6-19 KB of words costs its copy's cache misses
+        where a record reaches it, kept since another declaration made it."""
         key = bytes(range(len(self.ids))) if selected is None else selected
         hit = self.rows.get(key)
         if hit is not None:
             return hit
+        if _rows is not None and sum([len(self.ids[k]) for k in key]) <= SPARSE_IDS:
+            picked = [self.ids[k] for k in key]
+            ids = np.unique(np.concatenate(picked)) if picked else np.zeros(0, dtype=np.int64)
+            sparse = _IdsRow(ids.astype(np.int64).tobytes())
+            with lock:
+                _remember(self.rows, key, sparse, 64)
+            return sparse
         out = np.zeros(mask_words(self.size), dtype=np.uint32)
         if key and self.dense is not None:
             cols, matrix = self.dense
@@ -724,6 +739,31 @@ class _WideRow:
         if self.extra:
             _rows.or_bits(out, self.extra)
         return out
+
+
+class _IdsRow:
+    """A mask row of a few tokens (:meth:`ChoiceTable.row`, at most :data:`SPARSE_IDS`), kept as their ids (int64
+    bytes; repeats allowed): :meth:`write` clears the caller's row and sets their bits in one C call."""
+
+    __slots__ = ("ids",)
+
+    def __init__(self, ids: bytes):
+        self.ids = ids
+
+    def write(self, out: np.ndarray) -> np.ndarray:
+        """Write the row into ``out`` (uint32 or int32 words, C-contiguous; ``_rows`` built) and return it."""
+        assert _rows is not None  # (made only with the C pass)
+        _rows.ids_fill(out, self.ids)
+        return out
+
+
+def dense_row(row: Any, words: int) -> np.ndarray:
+    """A mask row as an int32 array of ``words`` words: ``row`` itself, or a row not written yet (a
+    :class:`_WideRow` or an :class:`_IdsRow`) written into a new one."""
+    if type(row) is np.ndarray:
+        return row
+    out: np.ndarray = row.write(np.empty(words, dtype=np.uint32))
+    return out.view(np.int32)
 
 
 class _Step:
@@ -1105,8 +1145,9 @@ class Decoder:
 
     def _exact_row(self, place: Any = _NONE, later: bool = False) -> Any:
         """The mask row at the current position (kept on its frame). ``place``: :meth:`_slot_place` of its state,
-        where the caller found it. With ``later``, a wide value's row may be a :class:`_WideRow`, written where
-        the model chooses (:meth:`fill_mask`); else it is an array (a kept :class:`_WideRow` is written then)."""
+        where the caller found it. With ``later``, the row may be one not written yet (a wide value's
+        :class:`_WideRow`, a choice table's few ids, an :class:`_IdsRow`), written where the model chooses
+        (:meth:`fill_mask`); else it is an array (a kept one is written then)."""
         frame = self._frames[-1]
         if frame.terminated:
             return np.zeros(self._c.words, dtype=np.int32)
@@ -1115,11 +1156,13 @@ class Decoder:
         if kept is not None and (kept[0] is fixed or kept[0] == fixed):
             self.stats.mask_hits += 1
             row = kept[1]
-            if type(row) is _WideRow and not later:
-                row = row.write(np.empty(self._c.words, dtype=np.uint32)).view(np.int32)
+            if type(row) is not np.ndarray and not later:
+                row = dense_row(row, self._c.words)
                 frame.row = (kept[0], row)
             return row
         row = self._row_at(frame.state, fixed, place, later)
+        if type(row) is not np.ndarray and not later:  # (a choice table's few ids)
+            row = dense_row(row, self._c.words)
         frame.row = (fixed, row)
         return row
 
@@ -1165,10 +1208,11 @@ class Decoder:
         row = _pack(self._exact_ids(state), self.vocab.size)
         return _remember(self._c.masks, key, row, 2048)
 
-    def _choice_row(self, state: State, choice: Any = _NONE) -> np.ndarray | None:
+    def _choice_row(self, state: State, choice: Any = _NONE) -> Any:
         """The mask row at ``state`` from its :class:`ChoiceTable` (the union of the admissible values' tokens, and
         the tokens running into what follows checked under the solver), or ``None`` where no table applies (a wide
-        field, asked piecewise, goes to the walk)."""
+        field, asked piecewise, goes to the walk). A row of a few ids may be an :class:`_IdsRow` (:func:`dense_row`
+        makes it an array)."""
         table = self._choice_table(state, choice)
         if table is None or table.pointer in self._fields and self.session.wide(table.pointer):
             return None
@@ -1190,8 +1234,10 @@ class Decoder:
         if table.may_finish and self.layout.finish(state, admissible=f or self._admissible()) is not None:
             extra += self._c.eos.tolist()
         if extra:
-            row = row.copy()
             ids = np.array(extra, dtype=np.int64)
+            if type(row) is _IdsRow:  # (still a few ids: the table's and these)
+                return _IdsRow(row.ids + ids.tobytes())
+            row = row.copy()
             np.bitwise_or.at(row.view(np.uint32), *_word_bits(ids))
         return row
 
@@ -1704,11 +1750,15 @@ class Decoder:
         """Write the admitted token ids into ``row``: int32, ``ceil(vocab.size / 32)`` words, bit ``t % 32`` of word
         ``t // 32`` (XGrammar's layout). After termination nothing is admitted."""
         t = _clock()
-        if row.shape != (self._c.words,) or row.dtype != np.int32:
+        # (the dtype by identity first: numpy's comparison with a type converts it, code that is out of cache where
+        # a choice comes after a long certain run; the flags read once)
+        dt = row.dtype
+        if dt is not _INT32 and dt != _INT32 or row.shape != (self._c.words,):
             raise ValueError(f"a mask row is int32 of shape ({self._c.words},), not {row.dtype} {row.shape}")
+        contiguous: bool = row.flags.c_contiguous
         frame = self._frames[-1]
         place = _NONE
-        if WIDE_TABLES and frame.row is None and not frame.plan and not frame.terminated and row.flags.c_contiguous:
+        if WIDE_TABLES and frame.row is None and not frame.plan and not frame.terminated and contiguous:
             written, place = self._value_fill(frame, row)  # (a strided row, a column of a batch: the copy below)
             if written:
                 self.stats.masks += 1
@@ -1722,10 +1772,12 @@ class Decoder:
             row[:] = 0
             bit = 1 << (t0 & 31)
             row[t0 >> 5] = bit - (1 << 32) if bit >> 31 else bit  # (as int32)
-        elif _rows is not None and row.flags.c_contiguous:  # (checked above: int32, the row's words)
+        elif _rows is not None and contiguous:  # (checked above: int32, the row's words)
             got = self._exact_row(place, later=True)
             if type(got) is _WideRow:
                 got.write(row)
+            elif type(got) is _IdsRow:
+                _rows.ids_fill(row, got.ids)
             else:
                 _rows.copy_row(row, got)
         else:
