@@ -313,7 +313,8 @@ def test_rejects_and_rollback_bounds() -> None:
     with pytest.raises(ValueError):
         dec.fill_mask(np.zeros(3, dtype=np.int32))
     words = mask_words(vocab.size)  # the right size, but not int32 in this machine's order, or not one row
-    for bad in (np.zeros(words, dtype=np.int64), np.zeros(words, dtype=">i4"), np.zeros((1, words), dtype=np.int32)):
+    swapped = np.dtype(np.int32).newbyteorder()
+    for bad in (np.zeros(words, dtype=np.int64), np.zeros(words, dtype=swapped), np.zeros((1, words), dtype=np.int32)):
         with pytest.raises(ValueError):
             dec.fill_mask(bad)
     with pytest.raises(ValueError):
@@ -614,7 +615,6 @@ def test_choice_table_rows_are_the_union_of_the_selected_candidates(dense_limit:
     monkeypatch.setattr(D, "SPARSE_IDS", sparse_limit)
     rng = random.Random(dense_limit)
     words = mask_words(5000)
-    kinds: set[str] = set()
     size = 5000
     for _ in range(20):
         n = rng.randrange(1, 24)
@@ -627,12 +627,12 @@ def test_choice_table_rows_are_the_union_of_the_selected_candidates(dense_limit:
             row = table.row(bytes(chosen), lock)
             # kept as the ids where the selected candidates hold at most SPARSE_IDS (the C pass built), else words
             assert (type(row) is D._IdsRow) == (sum(len(ids[k]) for k in chosen) <= sparse_limit), len(chosen)
-            kinds.add(type(row).__name__)
             want = sorted({int(t) for k in chosen for t in ids[k]})
             assert mask_to_ids(D.dense_row(row, words), size).tolist() == want
         every = D.dense_row(table.row(None, lock), words)
         assert mask_to_ids(every, size).tolist() == sorted({int(t) for i in ids for t in i})
-    assert kinds == {"ndarray", "_IdsRow"}  # (both forms met)
+        empty = table.row(b"", lock)  # no candidate: no ids, under any limit
+        assert type(empty) is D._IdsRow and not D.dense_row(empty, words).any()
 
 
 def test_ids_fill_clears_the_row_and_sets_exactly_the_ids() -> None:
@@ -647,10 +647,14 @@ def test_ids_fill_clears_the_row_and_sets_exactly_the_ids() -> None:
         row = np.array([rng.randrange(-2**31, 2**31) for _ in range(mask_words(size))], dtype=np.int32)
         _rows.ids_fill(row, ids.tobytes())
         assert np.array_equal(row, _pack(np.unique(ids), size))
-    row = np.zeros(mask_words(size), dtype=np.int32)
-    with pytest.raises(IndexError):
-        _rows.ids_fill(row, np.array([3, 32 * mask_words(size)], dtype=np.int64).tobytes())
-    assert not row.any()
+    row = np.full(mask_words(size), -1, dtype=np.int32)
+    for bad in ([3, 32 * mask_words(size)], [3, -1]):  # past the row, negative: refused before any write
+        with pytest.raises(IndexError):
+            _rows.ids_fill(row, np.array(bad, dtype=np.int64).tobytes())
+        assert (row == -1).all()
+    with pytest.raises(ValueError):  # ids not whole int64s
+        _rows.ids_fill(row, b"\x01" * 12)
+    assert (row == -1).all()
 
 
 def test_consume_seconds_counts_the_tokens_that_were_not_planned() -> None:

@@ -215,9 +215,10 @@ def test_choice_table_rows_equal_the_walk(vocab_name, name):
     one applies) equals the walk of the token index over the same state, the assignment and the solver; the
     declarations of one group share one schema with different relations, so they share the tables, and those must
     not carry one declaration's relations into another's masks."""
-    from factorspec_cp.tokenmap.decoder import _pack, dense_row, mask_words
+    from factorspec_cp.tokenmap.decoder import _IdsRow, _pack, dense_row, mask_words
     v = getattr(Vocabulary, vocab_name)()
-    used = 0
+    used = sparse = 0
+    words = mask_words(v.size)
     for k, spec in enumerate(CHOICE_SPECS[name]):
         rng = random.Random(f"{name}/{vocab_name}/{k}")
         for _ in range(3):
@@ -227,11 +228,17 @@ def test_choice_table_rows_equal_the_walk(vocab_name, name):
                 row = None if dec.layout.free_string(st) else dec._choice_row(st)
                 if row is not None:
                     used += 1
-                    assert np.array_equal(dense_row(row, mask_words(v.size)), _pack(dec._exact_ids(st), v.size)), \
-                        dec.output()
+                    want = _pack(dec._exact_ids(st), v.size)
+                    assert np.array_equal(dense_row(row, words), want), dec.output()
+                    if type(row) is _IdsRow:  # a few ids: the fill clears a row that held every bit, then sets them
+                        sparse += 1
+                        out = np.full(words, -1, dtype=np.int32)
+                        dec.fill_mask(out)
+                        assert np.array_equal(out, want), dec.output()
                 ids = dec.allowed_tokens()
                 dec.consume(int(ids[rng.randrange(len(ids))]))
     assert used >= 6  # the tables answered at some positions of each group
+    assert sparse >= 1  # and some of their rows were a few ids
     tables = {id(spec.decoder(v)._c.choices) for spec in CHOICE_SPECS[name]}
     assert len(tables) == 1  # one schema: the group's declarations share one set of tables
 

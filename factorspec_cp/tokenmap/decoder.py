@@ -114,7 +114,7 @@ def mask_to_ids(row: np.ndarray, size: int | None = None) -> np.ndarray:
     return np.flatnonzero(bits)
 
 
-_INT32 = np.dtype(np.int32)  # a mask row's words
+_INT32: Final = np.dtype(np.int32)  # a mask row's words
 
 
 def _pack(ids: np.ndarray, size: int) -> np.ndarray:
@@ -312,9 +312,9 @@ class ChoiceTable:
     ``ids[k]`` are the token ids admitted whenever candidate ``k`` is admissible; ``checks`` holds ``(k, id, bytes)``
     for the tokens that run past what every record with candidate ``k`` writes next (into another choice);
     ``may_finish``: whether the record may end at the state at all; ``index_of`` pairs each candidate's index in the
-    field's domain with ``k`` (a session's admissible mask selects candidates with it). ``rows`` keeps the packed
-    union per selection (the bytes of the selected ``k``) and ``by_mask`` the row per admissible mask, shared by
-    every declaration with the layout."""
+    field's domain with ``k`` (a session's admissible mask selects candidates with it). ``rows`` keeps the union
+    per selection (the bytes of the selected ``k``: packed words, or the ids where they are few, :meth:`row`) and
+    ``by_mask`` the row per admissible mask, shared by every declaration with the layout."""
 
     pointer: str
     ids: tuple[np.ndarray, ...]
@@ -653,7 +653,7 @@ class _Compiled:
         self.words = mask_words(vocab.size)
         self.eos = np.array(vocab.eos_token_ids, dtype=np.int64)
         self.strings: dict[int, StringMasks] = {}
-        self.masks: OrderedDict[Any, np.ndarray] = OrderedDict()
+        self.masks: OrderedDict[Any, Any] = OrderedDict()  # packed rows, or an _IdsRow (a choice table's few ids)
         self.plans: OrderedDict[Any, tuple[_Step, ...]] = OrderedDict()
         self.suffixes: OrderedDict[Any, bool] = OrderedDict()
         self.tails: OrderedDict[Any, bytes | None] = OrderedDict()  # _fixed_tail by a free string's place
@@ -742,8 +742,10 @@ class _WideRow:
 
 
 class _IdsRow:
-    """A mask row of a few tokens (:meth:`ChoiceTable.row`, at most :data:`SPARSE_IDS`), kept as their ids (int64
-    bytes; repeats allowed): :meth:`write` clears the caller's row and sets their bits in one C call."""
+    """A mask row of a few tokens kept as their ids (int64 bytes; repeats allowed): a choice table's union of at most
+    :data:`SPARSE_IDS` (:meth:`ChoiceTable.row`), with the tokens :meth:`Decoder._choice_row` adds where it checks
+    them (those running into another choice, EOS). :meth:`write` clears the caller's row and sets their bits in one
+    C call."""
 
     __slots__ = ("ids",)
 
@@ -760,8 +762,8 @@ class _IdsRow:
 def dense_row(row: Any, words: int) -> np.ndarray:
     """A mask row as an int32 array of ``words`` words: ``row`` itself, or a row not written yet (a
     :class:`_WideRow` or an :class:`_IdsRow`) written into a new one."""
-    if type(row) is np.ndarray:
-        return row
+    if type(row) is not _WideRow and type(row) is not _IdsRow:
+        return row  # type: ignore[no-any-return]
     out: np.ndarray = row.write(np.empty(words, dtype=np.uint32))
     return out.view(np.int32)
 
@@ -826,7 +828,8 @@ class _Frame:
         self.terminated = terminated
         self.token = token
         self.assigned = assigned
-        self.row: tuple[Any, np.ndarray] | None = None  # the mask row here, with the assignment it was computed under
+        self.row: tuple[Any, Any] | None = None  # the mask row here (an array, or one not written yet: _WideRow,
+        # _IdsRow), with the assignment it was computed under
         self.value = value  # inside a wide value: its place, counts and key (Decoder._in_value_at)
 
     @property
@@ -1156,12 +1159,12 @@ class Decoder:
         if kept is not None and (kept[0] is fixed or kept[0] == fixed):
             self.stats.mask_hits += 1
             row = kept[1]
-            if type(row) is not np.ndarray and not later:
+            if (type(row) is _WideRow or type(row) is _IdsRow) and not later:
                 row = dense_row(row, self._c.words)
                 frame.row = (kept[0], row)
             return row
         row = self._row_at(frame.state, fixed, place, later)
-        if type(row) is not np.ndarray and not later:  # (a choice table's few ids)
+        if type(row) is _IdsRow and not later:  # (a choice table's few ids)
             row = dense_row(row, self._c.words)
         frame.row = (fixed, row)
         return row

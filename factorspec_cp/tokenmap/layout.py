@@ -64,7 +64,7 @@ try:  # (the decoder takes it from here)
     from .. import _rows  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - the extension is built by pip; without it counts and rows take numpy's path
     _rows = None
-_ROWS_API = ("wide_fill", "admissible_counts", "span_has", "span_ends", "copy_row", "or_bits")
+_ROWS_API = ("wide_fill", "admissible_counts", "span_has", "span_ends", "copy_row", "or_bits", "ids_fill")
 if _rows is not None and not all(hasattr(_rows, f) for f in _ROWS_API):  # pragma: no cover - an older build
     raise ImportError(f"factorspec_cp._rows is out of date (it needs {', '.join(_ROWS_API)}): rebuild it, "
                       "pip install --no-build-isolation -e .")
