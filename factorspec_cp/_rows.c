@@ -166,14 +166,14 @@ static PyObject *copy_row(PyObject *self, PyObject *args) {
     return result;
 }
 
-/* A few token ids' bits set in a row (a wide row's tokens checked in under the solver, EOS): numpy's
-   bitwise_or.at costs 5-10 us on a handful of ids, this a loop. */
-static PyObject *or_bits(PyObject *self, PyObject *args) {
+/* The bits of token ids (int64) set in a row of 32-bit words, the row cleared first where `clear`: or_bits and
+   ids_fill below. Every id is checked before anything is written. */
+static PyObject *set_bits(PyObject *args, int clear, const char *name) {
     Py_buffer out, ids;
     if (!PyArg_ParseTuple(args, "w*y*", &out, &ids)) return NULL;
     PyObject *result = NULL;
     if (out.len % 4 || ids.len % 8) {
-        PyErr_SetString(PyExc_ValueError, "or_bits: 32-bit row words and int64 ids");
+        PyErr_Format(PyExc_ValueError, "%s: 32-bit row words and int64 ids", name);
         goto done;
     }
     uint32_t *o = (uint32_t *)out.buf;
@@ -181,10 +181,11 @@ static PyObject *or_bits(PyObject *self, PyObject *args) {
     Py_ssize_t nwords = out.len / 4, n = ids.len / 8;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (t[i] < 0 || t[i] / 32 >= nwords) {
-            PyErr_SetString(PyExc_IndexError, "or_bits: a token id outside the row");
+            PyErr_Format(PyExc_IndexError, "%s: a token id outside the row", name);
             goto done;
         }
     }
+    if (clear) memset(o, 0, (size_t)nwords * 4);
     for (Py_ssize_t i = 0; i < n; i++) o[t[i] >> 5] |= (uint32_t)1 << (t[i] & 31);
     result = Py_NewRef(Py_None);
 done:
@@ -193,35 +194,15 @@ done:
     return result;
 }
 
+/* A few token ids' bits set in a row (a wide row's tokens checked in under the solver, EOS): numpy's
+   bitwise_or.at costs 5-10 us on a handful of ids, this a loop. */
+static PyObject *or_bits(PyObject *self, PyObject *args) { return set_bits(args, 0, "or_bits"); }
+
 /* A row of few admitted tokens written into the caller's row (Decoder.fill_mask, a choice among a few values: a
    ChoiceTable's union of at most SPARSE_IDS ids, kept as the ids): the row cleared, then their bits set. A dense row
    kept for it (19 KB on Qwen3's vocabulary, shared by every declaration with the layout and so mostly out of cache
    where a record reaches it) cost its copy's cache misses, 3-4 us of a 7 us fill on calendar. */
-static PyObject *ids_fill(PyObject *self, PyObject *args) {
-    Py_buffer out, ids;
-    if (!PyArg_ParseTuple(args, "w*y*", &out, &ids)) return NULL;
-    PyObject *result = NULL;
-    if (out.len % 4 || ids.len % 8) {
-        PyErr_SetString(PyExc_ValueError, "ids_fill: 32-bit row words and int64 ids");
-        goto done;
-    }
-    uint32_t *o = (uint32_t *)out.buf;
-    const int64_t *t = (const int64_t *)ids.buf;
-    Py_ssize_t nwords = out.len / 4, n = ids.len / 8;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (t[i] < 0 || t[i] / 32 >= nwords) {
-            PyErr_SetString(PyExc_IndexError, "ids_fill: a token id outside the row");
-            goto done;
-        }
-    }
-    memset(o, 0, (size_t)nwords * 4);
-    for (Py_ssize_t i = 0; i < n; i++) o[t[i] >> 5] |= (uint32_t)1 << (t[i] & 31);
-    result = Py_NewRef(Py_None);
-done:
-    PyBuffer_Release(&out);
-    PyBuffer_Release(&ids);
-    return result;
-}
+static PyObject *ids_fill(PyObject *self, PyObject *args) { return set_bits(args, 1, "ids_fill"); }
 
 static PyMethodDef methods[] = {
     {"or_bits", or_bits, METH_VARARGS, "or_bits(out, ids): set the bits of the token ids (int64) in out's 32-bit words"},

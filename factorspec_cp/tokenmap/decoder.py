@@ -370,8 +370,8 @@ class ChoiceTable:
         hit = self.rows.get(key)
         if hit is not None:
             return hit
-        if _rows is not None and sum([len(self.ids[k]) for k in key]) <= SPARSE_IDS:
-            picked = [self.ids[k] for k in key]
+        picked = [self.ids[k] for k in key]
+        if _rows is not None and sum([len(i) for i in picked]) <= SPARSE_IDS:
             ids = np.unique(np.concatenate(picked)) if picked else np.zeros(0, dtype=np.int64)
             sparse = _IdsRow(ids.astype(np.int64).tobytes())
             with lock:
@@ -1780,7 +1780,7 @@ class Decoder:
             if type(got) is _WideRow:
                 got.write(row)
             elif type(got) is _IdsRow:
-                _rows.ids_fill(row, got.ids)
+                got.write(row)
             else:
                 _rows.copy_row(row, got)
         else:
