@@ -1075,7 +1075,10 @@ class Decoder:
     def _string_closing(self, st: State, ctx: tuple[Any, ...], flt: Any) -> tuple[Any, Closing]:
         """How tokens closing the free string at ``st`` are judged: a key for the verdicts (the slot's place, the
         values ``ctx`` and the assignment decide them) and the verdict on each run of bytes after the quote."""
-        ((pc, ctr, _), pending), = st.threads
+        th = st.one()
+        if th is None:
+            raise ValueError("a free string's closing needs a state of one thread")
+        (pc, ctr, _), pending = th
         place = (pc, ctr, pending, ctx, self._key())
         tail = self._c.tails.get(place, _NONE)
         if tail is _NONE:
@@ -1297,10 +1300,10 @@ class Decoder:
         missed at each of them (a state is new at every digit). On meeting/Qwen3, problems 0-4 after a warm-up, this
         took a cold wide row's fill from 13.4 to 7.8 us at the median. The output cannot end inside a value
         (``Layout.finish`` needs a whole rendering typed), so the place's ``may_finish`` is false."""
-        th = state.threads
-        if len(th) != 1:
+        th = state.one()
+        if th is None:
             return None
-        ((pc, ctr, sub), _), = th
+        pc, ctr, sub = th[0]
         at = self._c.slot_at
         key = (pc, ctr)
         slot = at.get(key, _NONE)
@@ -1336,7 +1339,10 @@ class Decoder:
         place = self._slot_place(state)
         if place is None:
             return None
-        ((pc, ctr, sub), pending), = state.threads
+        th = state.one()
+        if th is None:
+            return None
+        (pc, ctr, sub), pending = th
         if pending:
             return None
         pointer, m = place[0], place[1]
@@ -1351,8 +1357,8 @@ class Decoder:
         if not span_has(counts[1], lo, hi):
             return None
         # the place there: the same slot, ``new`` typed (not a whole value, checked above)
-        return State(frozenset({((pc, ctr, new), pending)})), ((pointer, m, (place[2][0], b"", new), False), counts,
-                                                               self._key())
+        one = ((pc, ctr, new), pending)
+        return State(frozenset({one}), (), one), ((pointer, m, (place[2][0], b"", new), False), counts, self._key())
 
     def _value_plan(self, state: State, kept: Any = None) -> tuple[_Step, ...] | None:
         """The certain run at ``state`` where it is inside a settled wide field's value (:meth:`_slot_place`) or in
@@ -1387,7 +1393,8 @@ class Decoder:
         ends = admissible_ends(m, counts, sub + common)
         if ends is None:
             return None  # (not met: ``common`` is admissible values' bytes)
-        (a, z), n = ends, len(sub) + len(common)
+        a, z = ends
+        n = len(sub) + len(common)
         if not (len(a) > n and len(z) > n and a[n] != z[n]):
             return None  # no two values part after them (one is complete there): the planner plans on past the value
         if not self._ends_pretoken(data, a[n], z[n]):

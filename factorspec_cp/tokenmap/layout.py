@@ -166,11 +166,12 @@ class State:
     ``__hash__`` it generates in Python, and a planner makes a state per byte it steps: 7% of a meeting walk's
     instructions went to dataclass constructors.)"""
 
-    __slots__ = ("_threads", "_events")
+    __slots__ = ("_threads", "_events", "_one")
 
-    def __init__(self, threads: frozenset[Thread], events: tuple[Event, ...] = ()):
+    def __init__(self, threads: frozenset[Thread], events: tuple[Event, ...] = (), one: Thread | None = None):
         self._threads = threads
         self._events = events
+        self._one = one  # the one thread, where the maker knows it (else found by :meth:`one` when asked)
 
     @property
     def threads(self) -> frozenset[Thread]:
@@ -179,6 +180,17 @@ class State:
     @property
     def events(self) -> tuple[Event, ...]:
         return self._events
+
+    def one(self) -> Thread | None:
+        """The state's thread where it has exactly one (most states), else ``None``; kept. (Compiled, unpacking it
+        from the frozenset, ``((pc, ctr, sub), pending), = state.threads``, made three iterators, a set's and two
+        tuples', at each of the ten thousand such reads in ten meeting records; a typed tuple unpacks in place.)"""
+        one = self._one
+        if one is None and len(self._threads) == 1:
+            for t in self._threads:
+                one = t
+            self._one = one
+        return one
 
     def __eq__(self, other: object) -> bool:
         return type(other) is State and self.threads == other.threads
@@ -514,7 +526,8 @@ def admissible_common(m: EnumSlot, counts: bytes, sub: bytes) -> bytes | None:
     ends = admissible_ends(m, counts, sub)
     if ends is None:
         return None
-    (a, z), n = ends, len(sub)
+    a, z = ends  # (not ``(a, z), n = ends, len(sub)``: compiled, a nested unpacking of a tuple made iterators)
+    n = len(sub)
     while n < len(a) and n < len(z) and a[n] == z[n]:
         n += 1
     return a[len(sub):n]
@@ -526,7 +539,8 @@ def admissible_branches(m: EnumSlot, counts: bytes, sub: bytes) -> bool:
     ends = admissible_ends(m, counts, sub)
     if ends is None:
         return False
-    (a, z), n = ends, len(sub)
+    a, z = ends
+    n = len(sub)
     return len(a) > n and len(z) > n and a[n] != z[n]
 
 
@@ -766,7 +780,8 @@ class _LiteralAt:
         starts, at = self.starts, self.sub + k
         j = bisect_right(starts, at) - 1
         p, c, _ = self.cores[j]
-        return State(frozenset({((p, c, at - starts[j]), self.pending)}))
+        one = ((p, c, at - starts[j]), self.pending)
+        return State(frozenset({one}), (), one)
 
 
 class _ValueAt:
@@ -779,7 +794,8 @@ class _ValueAt:
         self.pc, self.ctr, self.sub, self.rest, self.pending = pc, ctr, sub, rest, pending
 
     def __call__(self, k: int) -> State:
-        return State(frozenset({((self.pc, self.ctr, self.sub + self.rest[:k]), self.pending)}))
+        one = ((self.pc, self.ctr, self.sub + self.rest[:k]), self.pending)
+        return State(frozenset({one}), (), one)
 
 
 class Layout:
@@ -1234,9 +1250,10 @@ class Layout:
     def after_free_slot(self, state: State, *, admissible: Admissible | _Filter | None = None) -> State | None:
         """For a state of one thread inside a free slot: the state right after the slot's value completes there
         (a free string: after its closing quote), or ``None`` where nothing can follow."""
-        if len(state.threads) != 1:
+        th = state.one()
+        if th is None:
             raise ValueError("after_free_slot needs a state of exactly one thread")
-        ((pc, ctr, _), pending), = state.threads
+        (pc, ctr, _), pending = th
         if self._code[pc][0] != FREE:
             raise ValueError("after_free_slot needs a state inside a free slot")
         threads = {(core, pending) for core, _ in self._enter(pc + 1, ctr, self._flt(admissible))}
@@ -1244,9 +1261,10 @@ class Layout:
 
     def free_string(self, state: State) -> tuple[StringSlot, Any] | None:
         """The free string slot and its sub-state, when ``state`` is one thread inside a free string's quotes."""
-        if len(state.threads) != 1:
+        th = state.one()
+        if th is None:
             return None
-        ((pc, _, sub), _), = state.threads
+        pc, sub = th[0][0], th[0][2]
         ins = self._code[pc]
         if ins[0] == FREE and isinstance(ins[2], StringSlot) and sub[1] == 1:
             return ins[2], sub
@@ -1267,9 +1285,10 @@ class Layout:
         This is how a planner takes fixed syntax and certain values in one step each, not byte by byte: one thread
         means no other branch is open, and with one value left no proper prefix of it completes a value the filter
         admits, so every state on the way is that thread, one byte further."""
-        if len(state.threads) != 1:
+        th = state.one()
+        if th is None:
             return None
-        ((pc, ctr, sub), pending), = state.threads
+        (pc, ctr, sub), pending = th
         ins = self._code[pc]
         if ins[0] == LIT:
             data, starts, cores = self._literals(pc, ctr)
@@ -1296,9 +1315,10 @@ class Layout:
         """Whether ``state`` is inside a settled wide field slot (one thread) where two admissible values part in
         their next byte (:meth:`_AskedSlot.branches`): then no next byte is certain, which a planner learns here
         without stepping the candidates (:meth:`some_next_bytes`). ``False`` elsewhere (not known)."""
-        if len(state.threads) != 1:
+        th = state.one()
+        if th is None:
             return False
-        ((pc, ctr, sub), _), = state.threads
+        pc, ctr, sub = th[0]
         ins = self._code[pc]
         if ins[0] != FIELD:
             return False
@@ -1311,9 +1331,10 @@ class Layout:
         it and the bytes of its value typed so far. ``None`` elsewhere (several threads, a branch before the slot, a
         free slot, an integer range). The decoder's choice tables (:class:`~.decoder.ChoiceTable`) are built on it:
         there the tokens admitted are decided by the slot's admissible values alone."""
-        if len(state.threads) != 1:
+        th = state.one()
+        if th is None:
             return None
-        ((pc, ctr, sub), _), = state.threads
+        pc, ctr, sub = th[0]
         before = b""
         for _ in range(64):
             ins = self._code[pc]
@@ -1345,14 +1366,16 @@ class Layout:
     def advance(self, state: State, data: bytes, *, admissible: Admissible | _Filter | None = None) -> State | None:
         """The state after ``data``, or ``None`` when no record (with admissible field values) continues so."""
         flt = self._flt(admissible)
-        if len(data) == 1 and len(state.threads) == 1:  # (a planner's step, a consume's one-byte token: no sets)
-            (core, pending), = state.threads
+        th = state.one() if len(data) == 1 else None
+        if th is not None:  # (a planner's step, a consume's one-byte token: no sets)
+            core, pending = th
             out = self._step(core, data[0], flt)
             if len(out) == 1:
                 c2, ev = out[0]
                 done = pending + ev if ev else pending
                 # one thread: every event it completed is released (as _release does)
-                return State(frozenset({(c2, ())}), done) if done else State(frozenset({(c2, pending)}))
+                one = (c2, ()) if done else (c2, pending)
+                return State(frozenset({one}), done, one)
             if not out:
                 return None
             return _release({(c2, pending + ev if ev else pending) for c2, ev in out})
@@ -1371,9 +1394,10 @@ class Layout:
         """For a state of one thread inside a free string's quotes: the state after the longest prefix of ``data``
         that stays inside them, and its length (``(state, 0)`` elsewhere). What :meth:`advance` does byte by byte
         there, in one step: inside a free string no filter applies and no value completes."""
-        if len(state.threads) != 1 or not data:
+        th = state.one() if data else None
+        if th is None:
             return state, 0
-        ((pc, ctr, sub), pending), = state.threads
+        (pc, ctr, sub), pending = th
         ins = self._code[pc]
         m = ins[2] if ins[0] == FREE else None
         if not isinstance(m, StringSlot) or sub[1] != 1:
@@ -1387,13 +1411,18 @@ class Layout:
             core, k = nxt, k + 1
         if not k:
             return state, 0
-        return State(frozenset({((pc, ctr, (sub[0] + data[:k], *core)), pending)})), k
+        one = ((pc, ctr, (sub[0] + data[:k], *core)), pending)
+        return State(frozenset({one}), (), one), k
 
     def in_string(self, state: State, data: bytes, core: tuple[Any, ...]) -> State:
         """For a state of :meth:`free_string`: the state after ``data``, which stays inside the string and ends in
         ``core`` (what the string's token tables say, :meth:`.StringMasks.step`)."""
-        ((pc, ctr, sub), pending), = state.threads
-        return State(frozenset({((pc, ctr, (sub[0] + data, *core)), pending)}))
+        th = state.one()
+        if th is None:
+            raise ValueError("in_string needs a state of exactly one thread")
+        (pc, ctr, sub), pending = th
+        one = ((pc, ctr, (sub[0] + data, *core)), pending)
+        return State(frozenset({one}), (), one)
 
     def completed(self, state: State) -> tuple[Event, ...]:
         """The ``(pointer, value)`` of each field slot that became complete and certain in the advance into
