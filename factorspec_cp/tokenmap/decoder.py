@@ -1358,7 +1358,7 @@ class Decoder:
             return None
         # the place there: the same slot, ``new`` typed (not a whole value, checked above)
         one = ((pc, ctr, new), pending)
-        return State(frozenset({one}), (), one), ((pointer, m, (place[2][0], b"", new), False), counts, self._key())
+        return State(frozenset((one,)), (), one), ((pointer, m, (place[2][0], b"", new), False), counts, self._key())
 
     def _value_plan(self, state: State, kept: Any = None) -> tuple[_Step, ...] | None:
         """The certain run at ``state`` where it is inside a settled wide field's value (:meth:`_slot_place`) or in
@@ -1501,12 +1501,13 @@ class Decoder:
             place = self._wide_place(state)
             if place is None or not self.session.wide(place[0]):
                 return None
-        pointer, m, key, may_finish = place
+        # (indexed: ``place`` and ``got`` are untyped, and compiled, unpacking them made an iterator each)
+        pointer, m, key, may_finish = place[0], place[1], place[2], place[3]
         if got is None:
             got = self._wide_counts(pointer, m)  # the admissible count below each sorted position
             if got is None:
                 return None
-        counts, below = got
+        counts, below = got[0], got[1]
         index = self._c.index
         table = index.wide.get(key)
         if table is None or table.matcher is not m:

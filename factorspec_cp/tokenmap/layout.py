@@ -781,7 +781,7 @@ class _LiteralAt:
         j = bisect_right(starts, at) - 1
         p, c, _ = self.cores[j]
         one = ((p, c, at - starts[j]), self.pending)
-        return State(frozenset({one}), (), one)
+        return State(frozenset((one,)), (), one)
 
 
 class _ValueAt:
@@ -795,7 +795,7 @@ class _ValueAt:
 
     def __call__(self, k: int) -> State:
         one = ((self.pc, self.ctr, self.sub + self.rest[:k]), self.pending)
-        return State(frozenset({one}), (), one)
+        return State(frozenset((one,)), (), one)
 
 
 class Layout:
@@ -1375,7 +1375,7 @@ class Layout:
                 done = pending + ev if ev else pending
                 # one thread: every event it completed is released (as _release does)
                 one = (c2, ()) if done else (c2, pending)
-                return State(frozenset({one}), done, one)
+                return State(frozenset((one,)), done, one)
             if not out:
                 return None
             return _release({(c2, pending + ev if ev else pending) for c2, ev in out})
@@ -1412,7 +1412,7 @@ class Layout:
         if not k:
             return state, 0
         one = ((pc, ctr, (sub[0] + data[:k], *core)), pending)
-        return State(frozenset({one}), (), one), k
+        return State(frozenset((one,)), (), one), k
 
     def in_string(self, state: State, data: bytes, core: tuple[Any, ...]) -> State:
         """For a state of :meth:`free_string`: the state after ``data``, which stays inside the string and ends in
@@ -1422,7 +1422,7 @@ class Layout:
             raise ValueError("in_string needs a state of exactly one thread")
         (pc, ctr, sub), pending = th
         one = ((pc, ctr, (sub[0] + data, *core)), pending)
-        return State(frozenset({one}), (), one)
+        return State(frozenset((one,)), (), one)
 
     def completed(self, state: State) -> tuple[Event, ...]:
         """The ``(pointer, value)`` of each field slot that became complete and certain in the advance into
@@ -1438,17 +1438,28 @@ class Layout:
         """The events of ending the output here (a root scalar completes only at the end), or ``None`` when the
         output cannot end here."""
         flt = self._flt(admissible)
-        for (pc, ctr, sub), pending in state.threads:
-            ins = self._code[pc]
-            if ins[0] == ACCEPT:
-                return pending
-            if ins[0] in (FIELD, FREE):
-                v = ins[2].value(sub)
-                if v is NOTHING or not any(self._code[c[0]][0] == ACCEPT for c in self._closure(pc + 1, ctr)):
-                    continue
-                ev = self._complete(ins, ctr, sub, v, flt)
-                if ev is not None:
-                    return pending + ev
+        one = state.one()
+        if one is not None:  # (most states: no iteration of the set, which made three iterators compiled)
+            return self._finish_at(one[0], one[1], flt)
+        for core, pending in state.threads:
+            ev = self._finish_at(core, pending, flt)
+            if ev is not None:
+                return ev
+        return None
+
+    def _finish_at(self, core: Core, pending: tuple[Event, ...], flt: _Filter | None) -> tuple[Event, ...] | None:
+        """:meth:`finish` for one thread."""
+        pc, ctr, sub = core
+        ins = self._code[pc]
+        if ins[0] == ACCEPT:
+            return pending
+        if ins[0] in (FIELD, FREE):
+            v = ins[2].value(sub)
+            if v is NOTHING or not any(self._code[c[0]][0] == ACCEPT for c in self._closure(pc + 1, ctr)):
+                return None
+            ev = self._complete(ins, ctr, sub, v, flt)
+            if ev is not None:
+                return pending + ev
         return None
 
     def accepting(self, state: State, *, admissible: Admissible | _Filter | None = None) -> bool:
